@@ -1,0 +1,273 @@
+//! The compiled engine: one multi-pattern automaton over every trigger, and the scan that turns
+//! its hits into redaction spans.
+
+use std::sync::OnceLock;
+
+use aho_corasick::{AhoCorasick, AhoCorasickBuilder, AhoCorasickKind, Input, MatchKind};
+
+use super::ansi;
+use super::known::{self, Encoding, HeldPattern};
+use super::rules::{self, Outcome, PemState, Rule, Scan, Span};
+
+/// What a pattern of the automaton stands for.
+#[derive(Clone, Copy)]
+enum Trigger {
+    Rule(Rule),
+    Held(Encoding),
+}
+
+/// Whether the text being scanned ends for good (a newline was seen, or end of stream) or may
+/// continue (an idle flush or a forced cut of an over-long line).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum End {
+    Hard,
+    Open,
+}
+
+/// Immutable once built; [`super::Scrubber`] swaps in a new one when a secret is registered.
+pub(super) struct Engine {
+    automaton: AhoCorasick,
+    triggers: Vec<Trigger>,
+    held: Vec<HeldPattern>,
+    held_count: usize,
+}
+
+impl Default for Engine {
+    fn default() -> Self {
+        static BASE: OnceLock<Engine> = OnceLock::new();
+        let base = BASE.get_or_init(|| Engine::build(Vec::new(), 0));
+        Engine {
+            automaton: base.automaton.clone(),
+            triggers: base.triggers.clone(),
+            held: Vec::new(),
+            held_count: 0,
+        }
+    }
+}
+
+/// The result of redacting one block.
+pub(super) struct Redacted {
+    /// Bytes of the block that were decided and written; the rest is held back.
+    pub(super) consumed: usize,
+    /// The last redaction reached the end of the block (a forced cut continues it).
+    pub(super) touches_end: bool,
+}
+
+impl Engine {
+    fn build(held: Vec<HeldPattern>, held_count: usize) -> Engine {
+        let mut patterns: Vec<Vec<u8>> = Vec::new();
+        let mut triggers = Vec::new();
+        // INVARIANT: held patterns come first, so at a shared start position the leftmost-first
+        // search prefers an exact held value to a shape trigger.
+        for pattern in &held {
+            patterns.push(pattern.bytes.to_vec());
+            triggers.push(Trigger::Held(pattern.encoding));
+        }
+        for spec in rules::PREFIXES {
+            patterns.push(spec.prefix.as_bytes().to_vec());
+            triggers.push(Trigger::Rule(Rule::Prefix(spec)));
+        }
+        for (text, rule) in rules::OTHER_TRIGGERS {
+            patterns.push(text.as_bytes().to_vec());
+            triggers.push(Trigger::Rule(*rule));
+        }
+        #[expect(
+            clippy::expect_used,
+            reason = "literal patterns and held values are few and short; building cannot fail"
+        )]
+        let automaton = AhoCorasickBuilder::new()
+            .match_kind(MatchKind::LeftmostFirst)
+            .kind(Some(AhoCorasickKind::DFA))
+            .build(&patterns)
+            .expect("the trigger automaton builds");
+        for mut pattern in patterns {
+            zeroize::Zeroize::zeroize(&mut pattern);
+        }
+        Engine {
+            automaton,
+            triggers,
+            held,
+            held_count,
+        }
+    }
+
+    /// A new engine holding everything this one does plus `value`.
+    pub(super) fn with_held(&self, value: &[u8]) -> Engine {
+        let mut held: Vec<HeldPattern> = self
+            .held
+            .iter()
+            .map(|p| HeldPattern {
+                bytes: p.bytes.clone(),
+                encoding: p.encoding,
+            })
+            .collect();
+        for pattern in known::patterns(value) {
+            if !held.iter().any(|h| *h.bytes == *pattern.bytes) {
+                held.push(pattern);
+            }
+        }
+        // Longer patterns first: where one held value contains another, the longer wins.
+        held.sort_by_key(|p| std::cmp::Reverse(p.bytes.len()));
+        Engine::build(held, self.held_count + 1)
+    }
+
+    pub(super) fn hits(&self, text: &[u8]) -> usize {
+        self.automaton.find_iter(text).count()
+    }
+
+    pub(super) fn held_count(&self) -> usize {
+        self.held_count
+    }
+
+    /// Redacts `block` into `out`. With [`End::Hard`] the whole block is consumed; with
+    /// [`End::Open`] a candidate touching the end is held back (see [`Redacted::consumed`]).
+    pub(super) fn redact(
+        &self,
+        block: &[u8],
+        end: End,
+        pem: &mut PemState,
+        out: &mut Vec<u8>,
+    ) -> Redacted {
+        if memchr::memchr(0x1b, block).is_none() {
+            let (spans, hold) = self.scan(block, end, pem);
+            let consumed = hold.unwrap_or(block.len());
+            let touches_end = spans.last().is_some_and(|s| s.end >= block.len());
+            write_spans(block, &spans, consumed, out);
+            return Redacted {
+                consumed,
+                touches_end,
+            };
+        }
+        let view = ansi::strip(block);
+        let (spans, hold) = self.scan(&view.text, end, pem);
+        let to_origin = |i: usize| view.origin(i);
+        let consumed = hold.map_or(block.len(), to_origin);
+        let touches_end = spans.last().is_some_and(|s| s.end >= view.text.len());
+        let mapped: Vec<Span> = spans
+            .iter()
+            .map(|s| Span {
+                start: to_origin(s.start),
+                end: s.end.checked_sub(1).map_or(0, |last| view.origin(last) + 1),
+                kind: s.kind,
+            })
+            .collect();
+        write_spans(block, &mapped, consumed, out);
+        Redacted {
+            consumed,
+            touches_end,
+        }
+    }
+
+    /// Finds the spans to redact in `text`; in open mode also where to hold back from.
+    fn scan(&self, text: &[u8], end: End, pem: &mut PemState) -> (Vec<Span>, Option<usize>) {
+        let mut scan = Scan {
+            text,
+            open: end == End::Open,
+            spans: Vec::new(),
+            pem: *pem,
+        };
+        let mut pos = rules::pem_lines(&mut scan, 0);
+        let mut hold = None;
+        while pos < text.len() {
+            let Some(hit) = self.automaton.find(Input::new(text).range(pos..)) else {
+                break;
+            };
+            let outcome = match self.triggers.get(hit.pattern().as_usize()) {
+                Some(Trigger::Rule(rule)) => rules::validate(*rule, &mut scan, hit.start(), hit.end()),
+                Some(Trigger::Held(encoding)) => held(&mut scan, *encoding, hit.start(), hit.end()),
+                None => Outcome::Skip,
+            };
+            match outcome {
+                Outcome::Consumed(resume) => pos = resume.max(hit.start() + 1),
+                Outcome::Skip => pos = hit.start() + 1,
+                Outcome::NeedMore(from) => {
+                    hold = Some(from);
+                    break;
+                }
+            }
+        }
+        if let Some(from) = hold {
+            scan.spans.retain(|s| s.end <= from);
+        }
+        *pem = scan.pem;
+        (scan.spans, hold)
+    }
+
+    /// The first kind of credential found in `text`, if any.
+    pub(super) fn first_kind(&self, text: &[u8]) -> Option<&'static str> {
+        let mut pem = PemState::Off;
+        let (spans, _) = self.scan(text, End::Hard, &mut pem);
+        spans.iter().map(|s| s.kind).find(|k| !k.is_empty())
+    }
+
+    /// Whether the end of `text` could be the start of a secret: some suffix of its last word is
+    /// a proper prefix of a trigger or held value, or the last word holds a trigger.
+    pub(super) fn live_tail(&self, text: &[u8]) -> bool {
+        let word_start = text
+            .iter()
+            .rposition(|&b| rules::is_space(b))
+            .map_or(0, |i| i + 1);
+        let word = text.get(word_start..).unwrap_or_default();
+        if word.is_empty() {
+            return false;
+        }
+        if self.automaton.find(word).is_some() {
+            return true;
+        }
+        let statics = rules::PREFIXES
+            .iter()
+            .map(|p| p.prefix.as_bytes())
+            .chain(rules::OTHER_TRIGGERS.iter().map(|(t, _)| t.as_bytes()));
+        let helds = self.held.iter().map(|h| h.bytes.as_slice());
+        statics.chain(helds).any(|pattern| {
+            (1..pattern.len().min(word.len() + 1))
+                .any(|k| pattern.get(..k).is_some_and(|head| word.ends_with(head)))
+        })
+    }
+}
+
+/// A held value's pattern matched: redact it, and for a base64 core the whole base64 run.
+fn held(scan: &mut Scan<'_>, encoding: Encoding, start: usize, end: usize) -> Outcome {
+    let (from, to) = match encoding {
+        Encoding::Exact => (start, end),
+        Encoding::Base64Core => {
+            let mut from = start;
+            while scan.text.get(from.wrapping_sub(1)).copied().is_some_and(rules::is_base64) && from > 0 {
+                from -= 1;
+            }
+            let mut to = end;
+            while scan.text.get(to).copied().is_some_and(rules::is_base64) {
+                to += 1;
+            }
+            if scan.open && to >= scan.text.len() {
+                return Outcome::NeedMore(from);
+            }
+            (from, to)
+        }
+    };
+    scan.spans.push(Span {
+        start: from,
+        end: to,
+        kind: "held-secret",
+    });
+    Outcome::Consumed(to)
+}
+
+/// Copies `block[..upto]` to `out`, replacing each span by its marker.
+fn write_spans(block: &[u8], spans: &[Span], upto: usize, out: &mut Vec<u8>) {
+    let mut at = 0;
+    for span in spans {
+        let (start, end) = (span.start, span.end.min(upto));
+        if start < at || start >= upto {
+            continue;
+        }
+        out.extend_from_slice(block.get(at..start).unwrap_or_default());
+        if !span.kind.is_empty() {
+            out.extend_from_slice(super::MARKER_PREFIX.as_bytes());
+            out.extend_from_slice(span.kind.as_bytes());
+            out.push(b']');
+        }
+        at = end.max(start);
+    }
+    out.extend_from_slice(block.get(at..upto).unwrap_or_default());
+}

@@ -1,0 +1,230 @@
+//! Tables of scrub results: what is redacted, to which marker, and what stays intact.
+
+use secrecy::SecretString;
+
+use super::Scrubber;
+
+// Synthetic tokens, built at run time so no credential-shaped literal sits in the source.
+fn tok(prefix: &str, body_len: usize) -> String {
+    let alphabet = b"Q7mZ2kR9xW4pL8vN3cT6yB1hJ5sD0fGa";
+    let body: String = (0..body_len)
+        .map(|i| char::from(alphabet[(i * 7 + body_len) % alphabet.len()]))
+        .collect();
+    format!("{prefix}{body}")
+}
+
+fn scrubbed(input: &str) -> String {
+    Scrubber::new().scrub(input)
+}
+
+#[track_caller]
+fn assert_redacts(input: &str, secret: &str, marker: &str) {
+    let out = scrubbed(input);
+    assert!(!out.contains(secret), "secret survived in {out:?} (input {input:?})");
+    assert!(out.contains(marker), "no {marker} in {out:?} (input {input:?})");
+}
+
+#[track_caller]
+fn assert_intact(input: &str) {
+    assert_eq!(scrubbed(input), input, "negative was changed");
+}
+
+#[test]
+fn provider_tokens_are_redacted_to_their_kind() {
+    let cases = [
+        (tok("ghp_", 36), "[redacted:github-token]"),
+        (tok("gho_", 36), "[redacted:github-token]"),
+        (tok("github_pat_", 82), "[redacted:github-token]"),
+        (tok("glpat-", 20), "[redacted:gitlab-token]"),
+        (tok("sk-ant-api03-", 93), "[redacted:anthropic-key]"),
+        (tok("sk-ant-oat01-", 93), "[redacted:anthropic-key]"),
+        (tok("sk-proj-", 120), "[redacted:openai-key]"),
+        ("AKIA".to_owned() + "Q7MZ2KR9XW4PL8VN", "[redacted:aws-access-key-id]"),
+        (tok("xoxb-", 50), "[redacted:slack-token]"),
+        (tok("sk_live_", 24), "[redacted:stripe-key]"),
+        (tok("AIza", 35), "[redacted:google-api-key]"),
+        (tok("npm_", 36), "[redacted:npm-token]"),
+        (tok("pypi-AgEIcHlwaS5vcmc", 60), "[redacted:pypi-token]"),
+        (tok("dckr_pat_", 27), "[redacted:docker-token]"),
+        (tok("cio", 32), "[redacted:crates-io-token]"),
+        (tok("hf_", 34), "[redacted:huggingface-token]"),
+        (tok("hvs.", 90), "[redacted:vault-token]"),
+    ];
+    for (secret, marker) in cases {
+        assert_redacts(&format!("token is {secret} here"), &secret, marker);
+        assert_redacts(&format!("{secret}"), &secret, marker);
+    }
+}
+
+#[test]
+fn jwt_is_redacted() {
+    let jwt = format!("eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.{}", tok("", 43));
+    assert_redacts(&format!("cookie: session={jwt};"), &jwt, "[redacted:");
+    assert_redacts(&format!("got {jwt}"), &jwt, "[redacted:jwt]");
+}
+
+#[test]
+fn url_userinfo_passwords_are_redacted_for_every_scheme() {
+    for scheme in ["https", "http", "ssh", "amqp", "amqps", "postgres", "mysql", "mongodb+srv", "git+ssh"] {
+        let input = format!("origin\t{scheme}://alice:Zx9pQ2rT7vLm@db.example.net/repo (fetch)");
+        let out = scrubbed(&input);
+        assert_eq!(
+            out,
+            format!("origin\t{scheme}://alice:[redacted:password]@db.example.net/repo (fetch)")
+        );
+    }
+    assert_eq!(
+        scrubbed("redis://:Zx9pQ2rT7vLm@cache:6379/0"),
+        "redis://:[redacted:password]@cache:6379/0"
+    );
+    let github = tok("ghp_", 36);
+    assert_redacts(&format!("url = https://{github}@github.com/o/r.git"), &github, "[redacted:");
+    assert_redacts(
+        "fatal: unable to access 'https://x-access-token:Zx9pQ2rT7vLm@github.com/o/r.git/': 403",
+        "Zx9pQ2rT7vLm",
+        "[redacted:password]",
+    );
+}
+
+#[test]
+fn headers_and_curl_credentials_are_redacted() {
+    assert_eq!(
+        scrubbed("Authorization: Bearer abcDEF123456ghiJKL789"),
+        "Authorization: Bearer [redacted:bearer-token]"
+    );
+    assert_eq!(
+        scrubbed("\textraheader = AUTHORIZATION: basic eC1hY2Nlc3MtdG9rZW46c2VjcmV0"),
+        "\textraheader = AUTHORIZATION: basic [redacted:basic-auth]"
+    );
+    assert_eq!(
+        scrubbed("curl -H \"Proxy-Authorization: Basic dXNlcjpwYXNzd29yZA==\" https://x"),
+        "curl -H \"Proxy-Authorization: Basic [redacted:basic-auth]\" https://x"
+    );
+    assert_eq!(
+        scrubbed("curl -u deploy:Zx9pQ2rT7vLm https://x"),
+        "curl -u deploy:[redacted:password] https://x"
+    );
+    assert_eq!(
+        scrubbed("curl --user 'deploy:Zx9 pQ2' https://x"),
+        "curl --user 'deploy:[redacted:password]' https://x"
+    );
+}
+
+#[test]
+fn secret_named_assignments_are_redacted() {
+    let cases = [
+        ("export GITHUB_TOKEN=Zx9pQ2rT7vLm", "export GITHUB_TOKEN=[redacted:token]"),
+        ("DB_PASSWORD='hunter2 hunter2'", "DB_PASSWORD='[redacted:password]'"),
+        ("{\"client_secret\": \"Zx9pQ2rT7vLm\"}", "{\"client_secret\": \"[redacted:secret]\"}"),
+        ("{\\\"apiKey\\\":\\\"Zx9pQ2rT7vLm\\\"}", "{\\\"apiKey\\\":\\\"[redacted:key]\\\"}"),
+        ("password: Zx9pQ2rT7vLm", "password: [redacted:password]"),
+        ("aws_secret_access_key = Zx9pQ2rT7vLmZx9pQ2rT7vLm", "aws_secret_access_key = [redacted:key]"),
+        ("AWS_SESSION_TOKEN=FwoGZXIvYXdzE", "AWS_SESSION_TOKEN=[redacted:token]"),
+        ("GET /cb?access_token=Zx9pQ2rT7vLm&state=1", "GET /cb?access_token=[redacted:token]&state=1"),
+        ("https://a.blob.core.windows.net/c?sv=2020&sig=Zx9pQ2rT7vLm%3D", "https://a.blob.core.windows.net/c?sv=2020&sig=[redacted:signature]"),
+        ("machine github.com login alice password Zx9pQ2rT7vLm", "machine github.com login alice password [redacted:password]"),
+        ("AccountName=a;AccountKey=Zx9pQ2rT7vLm==;EndpointSuffix=x", "AccountName=a;AccountKey=[redacted:key];EndpointSuffix=x"),
+    ];
+    for (input, expected) in cases {
+        assert_eq!(scrubbed(input), expected, "input {input:?}");
+    }
+}
+
+#[test]
+fn private_key_blocks_are_redacted_in_every_layout() {
+    let body = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7";
+    let plain = format!(
+        "before\n-----BEGIN PRIVATE KEY-----\n{body}\n{body}\n-----END PRIVATE KEY-----\nafter\n"
+    );
+    assert_eq!(
+        scrubbed(&plain),
+        "before\n-----BEGIN PRIVATE KEY-----\n[redacted:private-key]\n-----END PRIVATE KEY-----\nafter\n"
+    );
+    let json = format!(
+        "{{\"key\":\"-----BEGIN RSA PRIVATE KEY-----\\n{body}\\n-----END RSA PRIVATE KEY-----\\n\"}}"
+    );
+    let out = scrubbed(&json);
+    assert!(!out.contains(body), "{out}");
+    let wrapped = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, plain.as_bytes());
+    let out = scrubbed(&format!("data: {wrapped}\n"));
+    assert_eq!(out, "data: [redacted:private-key]\n");
+    let public = "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIU\n-----END CERTIFICATE-----\n";
+    assert_intact(public);
+}
+
+#[test]
+fn escape_sequences_do_not_hide_tokens() {
+    let github = tok("ghp_", 36);
+    let (head, tail) = github.split_at(10);
+    let coloured = format!("\x1b[32m{github}\x1b[0m done");
+    assert_eq!(scrubbed(&coloured), "\x1b[32m[redacted:github-token]\x1b[0m done");
+    let split = format!("x {head}\x1b[1m{tail} y");
+    assert_eq!(scrubbed(&split), "x [redacted:github-token] y");
+}
+
+#[test]
+fn held_secrets_are_redacted_with_their_encodings() {
+    let scrubber = Scrubber::new();
+    let value = "pl41n-Passphrase/with+symbols\"";
+    scrubber.register("canary", &SecretString::from(value)).unwrap();
+    let b64 = |s: &str| base64::Engine::encode(&base64::engine::general_purpose::STANDARD, s);
+    let inputs = [
+        format!("x {value} y"),
+        format!("x {} y", b64(value)),
+        format!("Authorization: Basic {}", b64(&format!("user:{value}"))),
+        format!("{{\"auth\":\"{}\"}}", b64(&format!("ab:{value}"))),
+        format!("q={}", "pl41n-Passphrase%2Fwith%2Bsymbols%22"),
+        format!("{{\"v\":\"{}\"}}", "pl41n-Passphrase/with+symbols\\\""),
+    ];
+    for input in inputs {
+        let out = scrubber.scrub(&input);
+        assert!(out.contains("[redacted:"), "{input} -> {out}");
+        assert!(!out.contains("Passphrase"), "{input} -> {out}");
+        for encoded in [b64(value), b64(&format!("user:{value}"))] {
+            assert!(!out.contains(&encoded[4..encoded.len() - 4]), "{input} -> {out}");
+        }
+    }
+}
+
+#[test]
+fn short_secrets_are_refused_for_exact_matching() {
+    let scrubber = Scrubber::new();
+    assert!(scrubber.register("tiny", &SecretString::from("abc")).is_err());
+    assert_eq!(scrubber.held_count(), 0);
+}
+
+#[test]
+fn negatives_stay_intact() {
+    let negatives = [
+        "commit 3f786850e387550fdab836ed7e6dc881de23001b",
+        "id 123e4567-e89b-12d3-a456-426614174000",
+        "sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+        "integrity=\"sha384-oqVuAfXRKap7fdgcCY5uykM6+R9GqQ8K/uxy9rx7HNQlGYl1kPzQho1wx4JwY8wC\"",
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGQn7ZqW0Vj3bA alice@laptop",
+        "origin\thttps://alice@github.com/o/r.git (fetch)",
+        "origin\tgit@github.com:o/r.git (push)",
+        "TOKEN_URL=https://auth.example.com/token",
+        "PASSWORD_FILE=/run/secrets/db",
+        "GITHUB_TOKEN=${GITHUB_TOKEN}",
+        "API_KEY=<TOKEN>",
+        "password: ****",
+        "ghp_xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+        "PWD=/home/alice/src",
+        "The password is stored in the keyring; pass the key name, not the token.",
+        "max_tokens: 4096, input_tokens: 12",
+        "Authorization is required for this endpoint.",
+        "see https://docs.example.com:8443/a/b?x=1",
+        "task-force and desk-lamp are words",
+        "secret_ref = \"credential:broker-uri\"",
+    ];
+    for negative in negatives {
+        assert_intact(negative);
+    }
+}
+
+#[test]
+fn markers_never_carry_length_prefix_or_suffix() {
+    let github = tok("ghp_", 36);
+    let out = scrubbed(&format!("a {github} b"));
+    assert_eq!(out, "a [redacted:github-token] b");
+}
