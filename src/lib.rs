@@ -2,3 +2,5 @@
 #![forbid(unsafe_code)]
 
 pub mod scrub;
+pub mod config;
+pub mod secret;

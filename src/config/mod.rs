@@ -1,0 +1,215 @@
+//! `fleetd.toml` → [`Config`]: the host's identity, broker settings, paths, multiplexer, logging.
+//!
+//! Search order: `--config PATH`, then `$FLEETD_CONFIG` (either must exist), then
+//! `$CONFIGURATION_DIRECTORY/fleetd.toml` (systemd), `$XDG_CONFIG_HOME/fleetd/fleetd.toml` (or
+//! `~/.config/fleetd/fleetd.toml`), `/etc/fleetd/fleetd.toml`; with none of them, the embedded
+//! single-host defaults. Unknown keys are errors with file:line:column. A file holding a literal
+//! credential is refused, naming the key, never echoing the value: secrets come from the secret
+//! sources (`src/secret/`), and the config only names them.
+//!
+//! Imports: `secret` (its `SecretSpec`), `scrub` (the credential detector).
+
+mod diag;
+mod raw;
+
+use std::path::{Path, PathBuf};
+
+use crate::secret::{BROKER_URI, SecretName, SecretSpec};
+
+pub use diag::Diagnostic;
+
+/// Environment variable naming the config file.
+pub const ENV_CONFIG: &str = "FLEETD_CONFIG";
+
+/// Which multiplexer owns this host's panes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Multiplexer {
+    /// A dedicated tmux server (`tmux -L`).
+    Tmux,
+    /// herdr, over its Unix socket.
+    Herdr,
+}
+
+/// How log events are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable text (colour on a terminal).
+    Text,
+    /// One JSON object per line (journald, CI).
+    Json,
+}
+
+/// The broker: only the name of the environment variable that holds the URI lives here.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BrokerSettings {
+    /// Name of the environment variable holding the AMQP URI (`broker.uriEnv`).
+    pub uri_env: Option<String>,
+}
+
+/// Directories fleetd reads and writes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Paths {
+    /// The policy directory (read-only).
+    pub policy: PathBuf,
+    /// The state directory (read-write).
+    pub state: PathBuf,
+    /// The runtime directory: the local socket lives here.
+    pub runtime: PathBuf,
+}
+
+/// The checked configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Where it was read from; `None` for the embedded defaults.
+    pub file: Option<PathBuf>,
+    /// This host's name, unique in its fleet.
+    pub host: String,
+    /// This host's fleet (broker vhost and user); `None`: single-host mode.
+    pub fleet: Option<String>,
+    /// Broker settings.
+    pub broker: BrokerSettings,
+    /// Paths.
+    pub paths: Paths,
+    /// The multiplexer backend.
+    pub multiplexer: Multiplexer,
+    /// Log format.
+    pub log_format: LogFormat,
+    /// Log filter (`info`, `fleetd=debug`, …).
+    pub log_level: String,
+    /// Secrets this host resolves at start, in order.
+    pub secrets: Vec<SecretSpec>,
+}
+
+/// Errors from loading the configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// An explicitly named config file does not exist.
+    #[error("config file `{}` does not exist", .path.display())]
+    NotFound {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The file could not be read.
+    #[error("cannot read config file `{}`", .path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file has errors; each is a diagnostic with file:line:column.
+    #[error("config file `{}` is invalid ({} problem(s))", .path.display(), .diagnostics.len())]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// Every problem found.
+        diagnostics: Vec<Diagnostic>,
+    },
+}
+
+impl Config {
+    /// Finds and loads the config: `explicit` (from `--config`), else the search order.
+    pub fn load(explicit: Option<&Path>) -> Result<Config, LoadError> {
+        let env = std::env::var_os(ENV_CONFIG).map(PathBuf::from);
+        if let Some(path) = explicit.map(Path::to_path_buf).or(env) {
+            if !path.exists() {
+                return Err(LoadError::NotFound { path });
+            }
+            return Self::load_file(&path);
+        }
+        match search_path().into_iter().find(|p| p.is_file()) {
+            Some(path) => Self::load_file(&path),
+            None => Ok(Self::defaults()),
+        }
+    }
+
+    /// Loads one file.
+    pub fn load_file(path: &Path) -> Result<Config, LoadError> {
+        let bytes = zeroize::Zeroizing::new(std::fs::read(path).map_err(|source| LoadError::Read {
+            path: path.to_owned(),
+            source,
+        })?);
+        let text = String::from_utf8_lossy(&bytes);
+        raw::parse(&text, path).map_err(|diagnostics| LoadError::Invalid {
+            path: path.to_owned(),
+            diagnostics,
+        })
+    }
+
+    /// The embedded single-host defaults: no broker, tmux, text logs, per-user paths.
+    pub fn defaults() -> Config {
+        Config {
+            file: None,
+            host: hostname(),
+            fleet: None,
+            broker: BrokerSettings { uri_env: None },
+            paths: default_paths(),
+            multiplexer: Multiplexer::Tmux,
+            log_format: LogFormat::Text,
+            log_level: "info".to_owned(),
+            secrets: Vec::new(),
+        }
+    }
+}
+
+/// The files tried, in order, when neither `--config` nor `$FLEETD_CONFIG` is given.
+pub fn search_path() -> Vec<PathBuf> {
+    let mut paths = Vec::new();
+    if let Some(dir) = std::env::var_os("CONFIGURATION_DIRECTORY") {
+        paths.push(PathBuf::from(dir).join("fleetd.toml"));
+    }
+    if let Some(dir) = config_home() {
+        paths.push(dir.join("fleetd").join("fleetd.toml"));
+    }
+    paths.push(PathBuf::from("/etc/fleetd/fleetd.toml"));
+    paths
+}
+
+fn config_home() -> Option<PathBuf> {
+    std::env::var_os("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))
+}
+
+fn default_paths() -> Paths {
+    let from_env = |var: &str| std::env::var_os(var).map(PathBuf::from);
+    let home = from_env("HOME").unwrap_or_else(|| PathBuf::from("/"));
+    let uid = rustix::process::getuid().as_raw();
+    Paths {
+        policy: from_env("CONFIGURATION_DIRECTORY")
+            .map(|d| d.join("policy"))
+            .or_else(|| config_home().map(|d| d.join("fleetd").join("policy")))
+            .unwrap_or_else(|| PathBuf::from("/etc/fleetd/policy")),
+        state: from_env("STATE_DIRECTORY")
+            .or_else(|| from_env("XDG_STATE_HOME").map(|d| d.join("fleetd")))
+            .unwrap_or_else(|| home.join(".local/state/fleetd")),
+        runtime: from_env("RUNTIME_DIRECTORY")
+            .or_else(|| from_env("XDG_RUNTIME_DIR").map(|d| d.join("fleetd")))
+            .unwrap_or_else(|| std::env::temp_dir().join(format!("fleetd-{uid}"))),
+    }
+}
+
+/// The machine's host name (the first label is kept whole; empty falls back to `localhost`).
+pub fn hostname() -> String {
+    let uname = rustix::system::uname();
+    let name = uname.nodename().to_string_lossy().into_owned();
+    if name.is_empty() { "localhost".to_owned() } else { name }
+}
+
+/// The secrets a config asks for: the broker URI (when `broker.uriEnv` is set) first.
+fn secret_specs(uri_env: Option<&String>, extra: Vec<SecretSpec>) -> Vec<SecretSpec> {
+    let mut specs = Vec::new();
+    if let (Some(var), Ok(name)) = (uri_env, SecretName::new(BROKER_URI)) {
+        specs.push(SecretSpec {
+            name,
+            env: Some(var.clone()),
+        });
+    }
+    specs.extend(extra);
+    specs
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,200 @@
+//! The file as written: parsed with spans, checked for literal credentials, then converted into
+//! [`Config`]. Every problem found is reported, none with the value that caused it.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use serde::de::IntoDeserializer;
+use toml::Spanned;
+use toml::de::{DeTable, DeValue};
+
+use super::diag::{Diagnostic, without_values};
+use super::{BrokerSettings, Config, LogFormat, Multiplexer, Paths, secret_specs};
+use crate::scrub;
+use crate::secret::{SecretName, SecretSpec};
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    host: Option<Spanned<String>>,
+    fleet: Option<Spanned<String>>,
+    broker: Option<RawBroker>,
+    paths: Option<RawPaths>,
+    multiplexer: Option<Multiplexer>,
+    log: Option<RawLog>,
+    #[serde(default)]
+    secrets: BTreeMap<Spanned<String>, RawSecret>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBroker {
+    #[serde(rename = "uriEnv", alias = "uri_env")]
+    uri_env: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPaths {
+    policy: Option<PathBuf>,
+    state: Option<PathBuf>,
+    runtime: Option<PathBuf>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLog {
+    format: Option<LogFormat>,
+    level: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSecret {
+    env: Option<Spanned<String>>,
+}
+
+/// Parses `text` (read from `path`) into a [`Config`], or every problem found.
+pub(super) fn parse(text: &str, path: &Path) -> Result<Config, Vec<Diagnostic>> {
+    let (table, errors) = DeTable::parse_recoverable(text);
+    let mut diagnostics: Vec<Diagnostic> = errors
+        .iter()
+        .map(|e| Diagnostic::at(path, text, e.span(), without_values(e.message())))
+        .collect();
+    literal_credentials(table.get_ref(), "", path, text, &mut diagnostics);
+    if !diagnostics.is_empty() {
+        return Err(diagnostics);
+    }
+    let raw = match RawConfig::deserialize(table.into_deserializer()) {
+        Ok(raw) => raw,
+        Err(error) => {
+            let message = without_values(error.message());
+            return Err(vec![Diagnostic::at(path, text, error.span(), message)]);
+        }
+    };
+    check(raw, path, text)
+}
+
+/// Refuses every string value that is, or is named like, a credential.
+fn literal_credentials(table: &DeTable<'_>, prefix: &str, path: &Path, text: &str, out: &mut Vec<Diagnostic>) {
+    for (key, value) in table {
+        let dotted = if prefix.is_empty() {
+            key.get_ref().to_string()
+        } else {
+            format!("{prefix}.{}", key.get_ref())
+        };
+        match value.get_ref() {
+            DeValue::String(s) => {
+                let kind = scrub::looks_secret(s)
+                    .or_else(|| scrub::looks_secret(&format!("{}={s}", key.get_ref())));
+                if let Some(kind) = kind {
+                    out.push(Diagnostic::at(
+                        path,
+                        text,
+                        Some(value.span()),
+                        format!(
+                            "`{dotted}` holds a literal credential ({kind}); config files name secrets, they never hold them: use a systemd credential, the variable named by `broker.uriEnv`, or `fleetd secret set`"
+                        ),
+                    ));
+                }
+            }
+            DeValue::Table(inner) => literal_credentials(inner, &dotted, path, text, out),
+            DeValue::Array(items) => {
+                for item in items {
+                    if let DeValue::Table(inner) = item.get_ref() {
+                        literal_credentials(inner, &dotted, path, text, out);
+                    } else if let DeValue::String(s) = item.get_ref() {
+                        if let Some(kind) = scrub::looks_secret(s) {
+                            out.push(Diagnostic::at(
+                                path,
+                                text,
+                                Some(item.span()),
+                                format!("`{dotted}` holds a literal credential ({kind})"),
+                            ));
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn check(raw: RawConfig, path: &Path, text: &str) -> Result<Config, Vec<Diagnostic>> {
+    let mut diagnostics = Vec::new();
+    let mut config = Config::defaults();
+    config.file = Some(path.to_owned());
+    let mut bad = |span: std::ops::Range<usize>, message: String| {
+        diagnostics.push(Diagnostic::at(path, text, Some(span), message));
+    };
+    if let Some(host) = raw.host {
+        if !valid_label(host.get_ref(), true) {
+            bad(host.span(), "`host` must be letters, digits, `.`, `_` or `-` (max 64)".to_owned());
+        }
+        config.host = host.into_inner();
+    }
+    if let Some(fleet) = raw.fleet {
+        if !valid_label(fleet.get_ref(), false) {
+            bad(fleet.span(), "`fleet` must be lowercase letters, digits, `_` or `-` (max 64)".to_owned());
+        }
+        config.fleet = Some(fleet.into_inner());
+    }
+    if let Some(uri_env) = raw.broker.and_then(|b| b.uri_env) {
+        if !valid_env_name(uri_env.get_ref()) {
+            bad(uri_env.span(), "`broker.uriEnv` must name an environment variable (`[A-Z_][A-Z0-9_]*`), not hold the uri".to_owned());
+        }
+        config.broker = BrokerSettings {
+            uri_env: Some(uri_env.into_inner()),
+        };
+    }
+    if let Some(paths) = raw.paths {
+        let defaults = config.paths.clone();
+        config.paths = Paths {
+            policy: paths.policy.unwrap_or(defaults.policy),
+            state: paths.state.unwrap_or(defaults.state),
+            runtime: paths.runtime.unwrap_or(defaults.runtime),
+        };
+    }
+    if let Some(multiplexer) = raw.multiplexer {
+        config.multiplexer = multiplexer;
+    }
+    if let Some(log) = raw.log {
+        config.log_format = log.format.unwrap_or(config.log_format);
+        config.log_level = log.level.unwrap_or(config.log_level);
+    }
+    let mut extra = Vec::new();
+    for (name, secret) in raw.secrets {
+        let span = name.span();
+        let Ok(checked) = SecretName::new(name.get_ref()) else {
+            bad(span, format!("`secrets.{}`: invalid secret name (lowercase letters, digits, `.`, `_`, `-`)", name.get_ref()));
+            continue;
+        };
+        let env = secret.env.map(|env| {
+            if !valid_env_name(env.get_ref()) {
+                bad(env.span(), format!("`secrets.{checked}.env` must name an environment variable"));
+            }
+            env.into_inner()
+        });
+        extra.push(SecretSpec { name: checked, env });
+    }
+    config.secrets = secret_specs(config.broker.uri_env.as_ref(), extra);
+    if diagnostics.is_empty() { Ok(config) } else { Err(diagnostics) }
+}
+
+fn valid_label(text: &str, allow_upper: bool) -> bool {
+    !text.is_empty()
+        && text.len() <= 64
+        && text.bytes().all(|b| {
+            b.is_ascii_lowercase()
+                || b.is_ascii_digit()
+                || matches!(b, b'_' | b'-')
+                || (allow_upper && (b.is_ascii_uppercase() || b == b'.'))
+        })
+}
+
+fn valid_env_name(text: &str) -> bool {
+    let mut bytes = text.bytes();
+    bytes.next().is_some_and(|b| b.is_ascii_uppercase() || b == b'_')
+        && bytes.all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+}

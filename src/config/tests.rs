@@ -1,0 +1,85 @@
+use std::path::Path;
+
+use super::*;
+
+const CANARY: &str = "Zq8c4n4ryPw0rd";
+
+fn parse(text: &str) -> Result<Config, Vec<Diagnostic>> {
+    raw::parse(text, Path::new("fleetd.toml"))
+}
+
+#[test]
+fn full_config_loads() {
+    let config = parse(
+        r#"
+host = "fleet01"
+fleet = "fleet01"
+multiplexer = "herdr"
+[broker]
+uriEnv = "FLEETD_AMQP_URI"
+[paths]
+policy = "/etc/fleetd/policy"
+state = "/var/lib/fleetd"
+runtime = "/run/fleetd"
+[log]
+format = "json"
+level = "debug"
+[secrets.github-token]
+env = "GH_TOKEN"
+"#,
+    )
+    .unwrap();
+    assert_eq!(config.host, "fleet01");
+    assert_eq!(config.fleet.as_deref(), Some("fleet01"));
+    assert_eq!(config.multiplexer, Multiplexer::Herdr);
+    assert_eq!(config.log_format, LogFormat::Json);
+    assert_eq!(config.broker.uri_env.as_deref(), Some("FLEETD_AMQP_URI"));
+    let names: Vec<&str> = config.secrets.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["broker-uri", "github-token"]);
+}
+
+#[test]
+fn snake_case_uri_env_is_accepted() {
+    let config = parse("[broker]\nuri_env = \"AMQP_URI\"\n").unwrap();
+    assert_eq!(config.broker.uri_env.as_deref(), Some("AMQP_URI"));
+}
+
+#[test]
+fn unknown_keys_are_reported_with_line_and_column() {
+    let errors = parse("host = \"a\"\n[broker]\n  uriEnvv = \"X\"\n").unwrap_err();
+    assert_eq!(errors.len(), 1);
+    let text = errors[0].to_string();
+    assert!(text.starts_with("fleetd.toml:3:3: error: unknown field `uriEnvv`"), "{text}");
+}
+
+#[test]
+fn literal_credentials_are_refused_without_echoing_them() {
+    let cases = [
+        format!("[broker]\nuriEnv = \"amqp://fleet01:{CANARY}@broker:5672/fleet01\"\n"),
+        format!("password = \"{CANARY}\"\n"),
+        format!("[secrets.gh]\ntoken = \"ghp_{CANARY}{CANARY}{CANARY}\"\n"),
+        format!("host = \"x\"\nbroker_password = \"{CANARY}\"\n"),
+    ];
+    for case in cases {
+        let errors = parse(&case).unwrap_err();
+        let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        let text = text.join("\n");
+        assert!(text.contains("literal credential"), "{text}");
+        assert!(!text.contains(CANARY), "value echoed: {text}");
+    }
+}
+
+#[test]
+fn type_errors_do_not_echo_values() {
+    let errors = parse(&format!("multiplexer = \"{CANARY}\"\n")).unwrap_err();
+    let text = errors[0].to_string();
+    assert!(!text.contains(CANARY), "{text}");
+    assert!(text.contains("fleetd.toml:1:15"), "{text}");
+}
+
+#[test]
+fn defaults_are_single_host() {
+    let config = Config::defaults();
+    assert!(config.fleet.is_none() && config.broker.uri_env.is_none() && config.secrets.is_empty());
+    assert!(!config.host.is_empty());
+}

@@ -1,0 +1,44 @@
+//! Process hygiene for a secret-holding process: no core dumps, no same-user ptrace.
+
+/// Why the process could not be hardened.
+#[derive(Debug, thiserror::Error)]
+pub enum HardenError {
+    /// `prctl(PR_SET_DUMPABLE, 0)` failed.
+    #[error("cannot mark the process non-dumpable")]
+    Dumpable(#[source] std::io::Error),
+    /// `setrlimit(RLIMIT_CORE, 0)` failed.
+    #[error("cannot set the core-dump size limit to 0")]
+    CoreLimit(#[source] std::io::Error),
+}
+
+/// Makes the process non-dumpable (its `/proc/<pid>` files become root-owned, same-user ptrace
+/// is refused) and sets `RLIMIT_CORE` to 0. Call after environment secrets were taken.
+#[cfg(target_os = "linux")]
+pub fn harden_process() -> Result<(), HardenError> {
+    use rustix::process::{DumpableBehavior, Resource, Rlimit, set_dumpable_behavior, setrlimit};
+
+    setrlimit(
+        Resource::Core,
+        Rlimit {
+            current: Some(0),
+            maximum: Some(0),
+        },
+    )
+    .map_err(|e| HardenError::CoreLimit(e.into()))?;
+    set_dumpable_behavior(DumpableBehavior::NotDumpable).map_err(|e| HardenError::Dumpable(e.into()))
+}
+
+/// Sets `RLIMIT_CORE` to 0 (there is no dumpable flag outside Linux).
+#[cfg(not(target_os = "linux"))]
+pub fn harden_process() -> Result<(), HardenError> {
+    use rustix::process::{Resource, Rlimit, setrlimit};
+
+    setrlimit(
+        Resource::Core,
+        Rlimit {
+            current: Some(0),
+            maximum: Some(0),
+        },
+    )
+    .map_err(|e| HardenError::CoreLimit(e.into()))
+}
