@@ -4,7 +4,11 @@
 //! and the ratio to the baseline (every pattern's regex applied one after another over the whole
 //! buffer). Targets (issue 2): ≥ 500 MB/s clean, ≥ 150 MB/s dense, ≥ 10× baseline on dense.
 
-#![allow(clippy::print_stdout, clippy::unwrap_used, reason = "a benchmark reports on stdout")]
+#![allow(
+    clippy::print_stdout,
+    clippy::unwrap_used,
+    reason = "a benchmark reports on stdout"
+)]
 
 #[path = "../tests/corpus/mod.rs"]
 mod corpus;
@@ -79,7 +83,10 @@ fn main() {
     if std::env::var_os("SCRUB_BENCH_HITS").is_some() {
         let out = scrubber.scrub(&clean);
         println!("clean markers: {}", out.matches("[redacted:").count());
-        println!("clean hits per MB: {:.0}", fleetd::scrub::trigger_hits(clean.as_bytes()) as f64 / (clean.len() as f64 / 1e6));
+        println!(
+            "clean hits per MB: {:.0}",
+            fleetd::scrub::trigger_hits(clean.as_bytes()) as f64 / (clean.len() as f64 / 1e6)
+        );
     }
     for (name, text) in [("clean", &clean), ("dense", &dense)] {
         let bytes = text.len();

@@ -1,6 +1,22 @@
-//! fleetd: a security-hardened per-host gateway for AI coding agents on several hosts.
+//! fleetd: a security-hardened per-host gateway that lets AI coding agents on several hosts work
+//! together through one AMQP broker.
+//!
+//! Module map (see docs/architecture.md; arrows are the only allowed imports):
+//!
+//! ```text
+//! cli ──▶ daemon ──▶ config ──▶ secret, scrub
+//!   │        └────▶ secret, scrub, pane
+//!   └──▶ config, secret, scrub
+//! leaves (import nothing from the crate): scrub, secret, pane
+//! ```
+//!
+//! Later issues add `policy`, `broker`, `wire`, `state`, `roster`, `route`, `spawn`, `api`,
+//! `sandbox` and `audit` in the places STYLE.md gives them.
 #![forbid(unsafe_code)]
 
-pub mod scrub;
+pub mod cli;
 pub mod config;
+pub mod daemon;
+pub mod pane;
+pub mod scrub;
 pub mod secret;

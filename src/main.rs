@@ -1,1 +1,5 @@
-fn main() {}
+//! The `fleetd` binary.
+
+fn main() -> std::process::ExitCode {
+    fleetd::cli::main()
+}

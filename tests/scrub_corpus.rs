@@ -2,6 +2,12 @@
 //! the same output whether the input arrives in one write, by lines, in random pieces or a byte
 //! at a time.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::indexing_slicing,
+    reason = "test helpers fail loudly"
+)]
+
 mod corpus;
 
 use std::collections::HashSet;
@@ -78,7 +84,11 @@ fn output_does_not_depend_on_how_input_was_written() {
     let mut rng = corpus::Rng::new(5);
     let mut long = String::new();
     while long.len() < 200 * 1024 {
-        long.push_str(&format!("{{\"k{}\":\"v{}\"}},", rng.below(1000), rng.alnum(20)));
+        long.push_str(&format!(
+            "{{\"k{}\":\"v{}\"}},",
+            rng.below(1000),
+            rng.alnum(20)
+        ));
         if rng.below(50) == 0 {
             let (line, secret) = corpus::secret_line(&mut rng);
             long.push_str(&line.replace('\n', " "));
@@ -101,10 +111,16 @@ fn output_does_not_depend_on_how_input_was_written() {
 
     let mut rng = corpus::Rng::new(99);
     let random = by_writes(&scrubber, input, || 1 + rng.below(4096));
-    assert!(one_shot == random, "random 1-4096 byte writes differ from one-shot");
+    assert!(
+        one_shot == random,
+        "random 1-4096 byte writes differ from one-shot"
+    );
 
     let bytewise = by_writes(&scrubber, input, || 1);
-    assert!(one_shot == bytewise, "byte-at-a-time writes differ from one-shot");
+    assert!(
+        one_shot == bytewise,
+        "byte-at-a-time writes differ from one-shot"
+    );
 
     let out = String::from_utf8_lossy(&one_shot);
     let seen = windows(&out);
@@ -151,7 +167,10 @@ fn adversarial_input_is_handled_in_bounded_memory() {
     let mut out = Vec::new();
     for chunk in input.as_bytes().chunks(1000) {
         stream.write(chunk, &mut out);
-        assert!(stream.held_back() <= 64 * 1024 + 1000, "hold-back is bounded");
+        assert!(
+            stream.held_back() <= 64 * 1024 + 1000,
+            "hold-back is bounded"
+        );
     }
     stream.finish(&mut out);
     assert!(!out.is_empty());

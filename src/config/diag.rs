@@ -51,7 +51,12 @@ impl fmt::Display for Diagnostic {
 /// Strips the value out of a serde message (`invalid type: string "x", expected …` →
 /// `invalid type, expected …`), so no diagnostic repeats what the file held.
 pub(super) fn without_values(message: &str) -> String {
-    for head in ["invalid type", "invalid value", "invalid length", "unknown variant"] {
+    for head in [
+        "invalid type",
+        "invalid value",
+        "invalid length",
+        "unknown variant",
+    ] {
         if message.starts_with(head) {
             return match message.find(", expected") {
                 Some(i) => format!("{head}{}", message.get(i..).unwrap_or_default()),

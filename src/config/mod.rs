@@ -127,10 +127,11 @@ impl Config {
 
     /// Loads one file.
     pub fn load_file(path: &Path) -> Result<Config, LoadError> {
-        let bytes = zeroize::Zeroizing::new(std::fs::read(path).map_err(|source| LoadError::Read {
-            path: path.to_owned(),
-            source,
-        })?);
+        let bytes =
+            zeroize::Zeroizing::new(std::fs::read(path).map_err(|source| LoadError::Read {
+                path: path.to_owned(),
+                source,
+            })?);
         let text = String::from_utf8_lossy(&bytes);
         raw::parse(&text, path).map_err(|diagnostics| LoadError::Invalid {
             path: path.to_owned(),
@@ -195,7 +196,11 @@ fn default_paths() -> Paths {
 pub fn hostname() -> String {
     let uname = rustix::system::uname();
     let name = uname.nodename().to_string_lossy().into_owned();
-    if name.is_empty() { "localhost".to_owned() } else { name }
+    if name.is_empty() {
+        "localhost".to_owned()
+    } else {
+        name
+    }
 }
 
 /// The secrets a config asks for: the broker URI (when `broker.uriEnv` is set) first.

@@ -77,7 +77,13 @@ pub(super) fn parse(text: &str, path: &Path) -> Result<Config, Vec<Diagnostic>> 
 }
 
 /// Refuses every string value that is, or is named like, a credential.
-fn literal_credentials(table: &DeTable<'_>, prefix: &str, path: &Path, text: &str, out: &mut Vec<Diagnostic>) {
+fn literal_credentials(
+    table: &DeTable<'_>,
+    prefix: &str,
+    path: &Path,
+    text: &str,
+    out: &mut Vec<Diagnostic>,
+) {
     for (key, value) in table {
         let dotted = if prefix.is_empty() {
             key.get_ref().to_string()
@@ -130,13 +136,19 @@ fn check(raw: RawConfig, path: &Path, text: &str) -> Result<Config, Vec<Diagnost
     };
     if let Some(host) = raw.host {
         if !valid_label(host.get_ref(), true) {
-            bad(host.span(), "`host` must be letters, digits, `.`, `_` or `-` (max 64)".to_owned());
+            bad(
+                host.span(),
+                "`host` must be letters, digits, `.`, `_` or `-` (max 64)".to_owned(),
+            );
         }
         config.host = host.into_inner();
     }
     if let Some(fleet) = raw.fleet {
         if !valid_label(fleet.get_ref(), false) {
-            bad(fleet.span(), "`fleet` must be lowercase letters, digits, `_` or `-` (max 64)".to_owned());
+            bad(
+                fleet.span(),
+                "`fleet` must be lowercase letters, digits, `_` or `-` (max 64)".to_owned(),
+            );
         }
         config.fleet = Some(fleet.into_inner());
     }
@@ -167,19 +179,32 @@ fn check(raw: RawConfig, path: &Path, text: &str) -> Result<Config, Vec<Diagnost
     for (name, secret) in raw.secrets {
         let span = name.span();
         let Ok(checked) = SecretName::new(name.get_ref()) else {
-            bad(span, format!("`secrets.{}`: invalid secret name (lowercase letters, digits, `.`, `_`, `-`)", name.get_ref()));
+            bad(
+                span,
+                format!(
+                    "`secrets.{}`: invalid secret name (lowercase letters, digits, `.`, `_`, `-`)",
+                    name.get_ref()
+                ),
+            );
             continue;
         };
         let env = secret.env.map(|env| {
             if !valid_env_name(env.get_ref()) {
-                bad(env.span(), format!("`secrets.{checked}.env` must name an environment variable"));
+                bad(
+                    env.span(),
+                    format!("`secrets.{checked}.env` must name an environment variable"),
+                );
             }
             env.into_inner()
         });
         extra.push(SecretSpec { name: checked, env });
     }
     config.secrets = secret_specs(config.broker.uri_env.as_ref(), extra);
-    if diagnostics.is_empty() { Ok(config) } else { Err(diagnostics) }
+    if diagnostics.is_empty() {
+        Ok(config)
+    } else {
+        Err(diagnostics)
+    }
 }
 
 fn valid_label(text: &str, allow_upper: bool) -> bool {
@@ -195,6 +220,8 @@ fn valid_label(text: &str, allow_upper: bool) -> bool {
 
 fn valid_env_name(text: &str) -> bool {
     let mut bytes = text.bytes();
-    bytes.next().is_some_and(|b| b.is_ascii_uppercase() || b == b'_')
+    bytes
+        .next()
+        .is_some_and(|b| b.is_ascii_uppercase() || b == b'_')
         && bytes.all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
 }

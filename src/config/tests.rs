@@ -49,7 +49,10 @@ fn unknown_keys_are_reported_with_line_and_column() {
     let errors = parse("host = \"a\"\n[broker]\n  uriEnvv = \"X\"\n").unwrap_err();
     assert_eq!(errors.len(), 1);
     let text = errors[0].to_string();
-    assert!(text.starts_with("fleetd.toml:3:3: error: unknown field `uriEnvv`"), "{text}");
+    assert!(
+        text.starts_with("fleetd.toml:3:3: error: unknown field `uriEnvv`"),
+        "{text}"
+    );
 }
 
 #[test]

@@ -41,7 +41,11 @@ pub(super) fn strip(input: &[u8]) -> View {
             runs.push((text.len(), i));
             text.extend_from_slice(input.get(i..run_end).unwrap_or_default());
         }
-        i = if run_end < input.len() { skip_escape(input, run_end) } else { run_end };
+        i = if run_end < input.len() {
+            skip_escape(input, run_end)
+        } else {
+            run_end
+        };
     }
     View {
         text,

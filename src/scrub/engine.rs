@@ -173,7 +173,9 @@ impl Engine {
                 break;
             };
             let outcome = match self.triggers.get(hit.pattern().as_usize()) {
-                Some(Trigger::Rule(rule)) => rules::validate(*rule, &mut scan, hit.start(), hit.end()),
+                Some(Trigger::Rule(rule)) => {
+                    rules::validate(*rule, &mut scan, hit.start(), hit.end())
+                }
                 Some(Trigger::Held(encoding)) => held(&mut scan, *encoding, hit.start(), hit.end()),
                 None => Outcome::Skip,
             };
@@ -232,7 +234,13 @@ fn held(scan: &mut Scan<'_>, encoding: Encoding, start: usize, end: usize) -> Ou
         Encoding::Exact => (start, end),
         Encoding::Base64Core => {
             let mut from = start;
-            while scan.text.get(from.wrapping_sub(1)).copied().is_some_and(rules::is_base64) && from > 0 {
+            while scan
+                .text
+                .get(from.wrapping_sub(1))
+                .copied()
+                .is_some_and(rules::is_base64)
+                && from > 0
+            {
                 from -= 1;
             }
             let mut to = end;

@@ -57,7 +57,9 @@ impl std::fmt::Debug for Scrubber {
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum RegisterError {
     /// The value is too short to be matched without redacting ordinary text.
-    #[error("secret `{name}` is shorter than {MIN_HELD_SECRET_LEN} bytes and cannot be matched exactly")]
+    #[error(
+        "secret `{name}` is shorter than {MIN_HELD_SECRET_LEN} bytes and cannot be matched exactly"
+    )]
     TooShort {
         /// The secret's name (never its value).
         name: String,

@@ -318,7 +318,16 @@ fn placeholder(value: &[u8]) -> bool {
             return true;
         }
     }
-    let words = [&b"null"[..], b"none", b"nil", b"true", b"false", b"undefined", b"redacted", b"\"\""];
+    let words = [
+        &b"null"[..],
+        b"none",
+        b"nil",
+        b"true",
+        b"false",
+        b"undefined",
+        b"redacted",
+        b"\"\"",
+    ];
     if words.iter().any(|w| trimmed.eq_ignore_ascii_case(w)) {
         return true;
     }
@@ -360,7 +369,10 @@ fn low_variety(value: &[u8]) -> bool {
 // Validators.
 
 fn prefix_token(scan: &mut Scan<'_>, start: usize, spec: &Prefix) -> Outcome {
-    if scan.before(start).is_some_and(|b| b.is_ascii_alphanumeric()) {
+    if scan
+        .before(start)
+        .is_some_and(|b| b.is_ascii_alphanumeric())
+    {
         return Outcome::Skip;
     }
     let body = start + spec.prefix.len();
@@ -508,7 +520,9 @@ fn separator(scan: &Scan<'_>, mut i: usize, allow_space_only: bool) -> Option<us
     let had_space = spaced > i;
     i = spaced;
     match scan.at(i) {
-        Some(b'=') if scan.at(i + 1) != Some(b'=') => i += if scan.at(i + 1) == Some(b'>') { 2 } else { 1 },
+        Some(b'=') if scan.at(i + 1) != Some(b'=') => {
+            i += if scan.at(i + 1) == Some(b'>') { 2 } else { 1 }
+        }
         Some(b':') if scan.at(i + 1) == Some(b'=') => i += 2,
         Some(b':') if scan.at(i + 1) != Some(b':') => i += 1,
         _ if allow_space_only && had_space && !quoted => return Some(i),
@@ -529,7 +543,10 @@ fn value(scan: &Scan<'_>, i: usize) -> Option<(usize, usize, usize)> {
     let Some((escaped, q)) = quote else {
         let end = scan.run(start, |b| {
             !is_space(b)
-                && !matches!(b, b'&' | b'"' | b'\'' | b';' | b',' | b'}' | b']' | b')' | b'<' | b'>' | b'`')
+                && !matches!(
+                    b,
+                    b'&' | b'"' | b'\'' | b';' | b',' | b'}' | b']' | b')' | b'<' | b'>' | b'`'
+                )
         });
         if scan.cut(end) {
             return None;
@@ -549,7 +566,11 @@ fn value(scan: &Scan<'_>, i: usize) -> Option<(usize, usize, usize)> {
         return None;
     }
     // No closing quote on this line: everything to the line end is the value (fail closed).
-    let end = if scan.at(line_end.wrapping_sub(1)) == Some(b'\r') { line_end - 1 } else { line_end };
+    let end = if scan.at(line_end.wrapping_sub(1)) == Some(b'\r') {
+        line_end - 1
+    } else {
+        line_end
+    };
     Some((start, end.max(start), line_end))
 }
 
@@ -608,11 +629,16 @@ fn trim_end(scan: &Scan<'_>, from: usize, mut to: usize) -> usize {
 }
 
 fn bearer(scan: &mut Scan<'_>, start: usize, end: usize) -> Outcome {
-    if scan.before(start).is_some_and(|b| b.is_ascii_alphanumeric()) {
+    if scan
+        .before(start)
+        .is_some_and(|b| b.is_ascii_alphanumeric())
+    {
         return Outcome::Skip;
     }
     let from = scan.run(end, |b| b == b' ');
-    let to = scan.run(from, |b| is_token(b) || matches!(b, b'.' | b'~' | b'+' | b'/' | b'='));
+    let to = scan.run(from, |b| {
+        is_token(b) || matches!(b, b'.' | b'~' | b'+' | b'/' | b'=')
+    });
     if scan.cut(to) {
         return Outcome::NeedMore(start);
     }
@@ -650,7 +676,11 @@ fn pem_begin(scan: &mut Scan<'_>, start: usize, end: usize) -> Outcome {
     let line_end = scan.line_end(start);
     let Some(close) = find(scan.bytes(end, line_end.min(end + 64)), b"-----").map(|n| end + n)
     else {
-        return if scan.cut(line_end) { Outcome::NeedMore(start) } else { Outcome::Skip };
+        return if scan.cut(line_end) {
+            Outcome::NeedMore(start)
+        } else {
+            Outcome::Skip
+        };
     };
     let label = scan.bytes(end, close);
     if !(label.ends_with(b"PRIVATE KEY") || label == b"PGP PRIVATE KEY BLOCK") {
@@ -693,7 +723,9 @@ pub(super) fn pem_lines(scan: &mut Scan<'_>, mut from: usize) -> usize {
             PemState::Armored { .. } => {
                 find(line, b"-----END ").is_some() || !armour_body(line) || line.len() > MAX_LINE
             }
-            PemState::Base64 => line.is_empty() || !line.iter().all(|&b| is_base64(b) || b == b'\r'),
+            PemState::Base64 => {
+                line.is_empty() || !line.iter().all(|&b| is_base64(b) || b == b'\r')
+            }
             PemState::Off => true,
         };
         if ends_block {
@@ -775,7 +807,9 @@ fn query_signature(scan: &mut Scan<'_>, start: usize, end: usize) -> Outcome {
     if !matches!(scan.before(start), Some(b'?' | b'&' | b';')) {
         return Outcome::Skip;
     }
-    let to = scan.run(end, |b| !is_space(b) && !matches!(b, b'&' | b'#' | b'"' | b'\'' | b'<' | b'>'));
+    let to = scan.run(end, |b| {
+        !is_space(b) && !matches!(b, b'&' | b'#' | b'"' | b'\'' | b'<' | b'>')
+    });
     if scan.cut(to) {
         return Outcome::NeedMore(start);
     }

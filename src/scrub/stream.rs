@@ -50,7 +50,8 @@ impl ScrubStream {
         let engine = self.scrubber.snapshot();
         if self.pending.is_empty() {
             let used = self.drain(&engine, input, out);
-            self.pending.extend_from_slice(input.get(used..).unwrap_or_default());
+            self.pending
+                .extend_from_slice(input.get(used..).unwrap_or_default());
             return;
         }
         self.pending.extend_from_slice(input);
@@ -71,7 +72,9 @@ impl ScrubStream {
         let start = self.leading_carry(&pending, out);
         let rest = pending.get(start..).unwrap_or_default();
         let tail_from = if engine.live_tail(rest) {
-            rest.iter().rposition(|&b| b.is_ascii_whitespace()).map_or(0, |i| i + 1)
+            rest.iter()
+                .rposition(|&b| b.is_ascii_whitespace())
+                .map_or(0, |i| i + 1)
         } else {
             rest.len()
         };
@@ -130,7 +133,12 @@ impl ScrubStream {
             let cut_from = result.consumed.min(word_start);
             let mut pem = PemState::Off;
             let mut decided = Vec::new();
-            engine.redact(body.get(..cut_from).unwrap_or_default(), End::Hard, &mut pem, &mut decided);
+            engine.redact(
+                body.get(..cut_from).unwrap_or_default(),
+                End::Hard,
+                &mut pem,
+                &mut decided,
+            );
             out.extend_from_slice(&decided);
             out.extend_from_slice(b"[redacted:truncated]");
             self.carry = true;

@@ -63,7 +63,10 @@ fn erase(var: &str) -> Result<(), EraseError> {
     let stat = std::fs::read_to_string("/proc/self/stat").map_err(EraseError::Proc)?;
     // Fields after the command name (which may hold spaces) start at field 3; env_start and
     // env_end are fields 50 and 51 (proc(5)).
-    let after = stat.rsplit_once(')').map(|(_, rest)| rest).ok_or(EraseError::NoRange)?;
+    let after = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest)
+        .ok_or(EraseError::NoRange)?;
     let fields: Vec<&str> = after.split_whitespace().collect();
     let field = |n: usize| -> Result<u64, EraseError> {
         fields

@@ -40,7 +40,10 @@ pub(super) fn load(name: &str) -> Result<Option<SecretString>, KeyringError> {
 /// Stores `value` as the entry for `name`, replacing any earlier value.
 pub fn store(name: &SecretName, value: &SecretString) -> Result<(), KeyringError> {
     let entry = entry(name.as_str())?;
-    #[expect(clippy::disallowed_methods, reason = "the keyring stores the plaintext")]
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "the keyring stores the plaintext"
+    )]
     let plain = value.expose_secret();
     entry.set_password(plain).map_err(describe)
 }
@@ -92,9 +95,7 @@ fn describe(error: Error) -> KeyringError {
         }
         Error::NoStorageAccess(platform) => KeyringError::Unavailable(platform.to_string()),
         Error::NoDefaultStore => KeyringError::Unavailable("no keyring store".to_owned()),
-        Error::Ambiguous(items) => {
-            KeyringError::Failed(format!("{} entries match", items.len()))
-        }
+        Error::Ambiguous(items) => KeyringError::Failed(format!("{} entries match", items.len())),
         other => KeyringError::Failed(other.to_string()),
     }
 }

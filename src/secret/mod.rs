@@ -20,7 +20,9 @@ use secrecy::SecretString;
 use zeroize::Zeroize;
 
 pub use env::EraseError;
-pub use keyring::{KeyringError, SERVICE as KEYRING_SERVICE, delete as keyring_delete, store as keyring_store};
+pub use keyring::{
+    KeyringError, SERVICE as KEYRING_SERVICE, delete as keyring_delete, store as keyring_store,
+};
 pub use process::{HardenError, harden_process};
 pub use uri::{BrokerUri, UriError};
 
@@ -67,7 +69,9 @@ impl fmt::Display for SecretName {
 
 /// A secret name that does not have the allowed form.
 #[derive(Debug, thiserror::Error)]
-#[error("`{name}` is not a valid secret name: use lowercase letters, digits, `.`, `_`, `-` (max 64)")]
+#[error(
+    "`{name}` is not a valid secret name: use lowercase letters, digits, `.`, `_`, `-` (max 64)"
+)]
 pub struct NameError {
     name: String,
 }
@@ -189,7 +193,9 @@ pub fn resolve(spec: &SecretSpec) -> Result<Resolved, ResolveError> {
         }
         tried.push(format!("systemd credential `{}`", path.display()));
     } else {
-        tried.push(format!("systemd credential (no ${ENV_CREDENTIALS_DIRECTORY})"));
+        tried.push(format!(
+            "systemd credential (no ${ENV_CREDENTIALS_DIRECTORY})"
+        ));
     }
     if let Some(var) = &spec.env {
         if let Some(value) = env::take(var).map_err(|source| match source {

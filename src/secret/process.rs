@@ -25,7 +25,8 @@ pub fn harden_process() -> Result<(), HardenError> {
         },
     )
     .map_err(|e| HardenError::CoreLimit(e.into()))?;
-    set_dumpable_behavior(DumpableBehavior::NotDumpable).map_err(|e| HardenError::Dumpable(e.into()))
+    set_dumpable_behavior(DumpableBehavior::NotDumpable)
+        .map_err(|e| HardenError::Dumpable(e.into()))
 }
 
 /// Sets `RLIMIT_CORE` to 0 (there is no dumpable flag outside Linux).

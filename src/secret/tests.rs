@@ -18,10 +18,15 @@ fn resolved_debug_never_shows_the_value() {
 
 #[test]
 fn broker_uri_parses_without_showing_the_password() {
-    let secret = SecretString::from(format!("amqps://fleet01:{CANARY}@broker.example:5671/fleet01?heartbeat=5"));
+    let secret = SecretString::from(format!(
+        "amqps://fleet01:{CANARY}@broker.example:5671/fleet01?heartbeat=5"
+    ));
     let uri = BrokerUri::parse(&secret).unwrap();
     assert!(uri.tls);
-    assert_eq!((uri.user.as_str(), uri.host.as_str(), uri.port), ("fleet01", "broker.example", 5671));
+    assert_eq!(
+        (uri.user.as_str(), uri.host.as_str(), uri.port),
+        ("fleet01", "broker.example", 5671)
+    );
     assert_eq!((uri.vhost.as_str(), uri.heartbeat), ("fleet01", 5));
     let text = format!("{uri:?}");
     assert!(!text.contains(CANARY), "{text}");
@@ -30,9 +35,15 @@ fn broker_uri_parses_without_showing_the_password() {
 #[test]
 fn broker_uri_defaults_and_percent_decoding() {
     let uri = BrokerUri::parse(&SecretString::from("amqp://u:p%40ss@127.0.0.1/%2Fmac")).unwrap();
-    assert_eq!((uri.port, uri.vhost.as_str(), uri.heartbeat), (5672, "/mac", 10));
+    assert_eq!(
+        (uri.port, uri.vhost.as_str(), uri.heartbeat),
+        (5672, "/mac", 10)
+    );
     let uri = BrokerUri::parse(&SecretString::from("amqp://u:pw@[::1]:5673")).unwrap();
-    assert_eq!((uri.host.as_str(), uri.port, uri.vhost.as_str()), ("::1", 5673, "/"));
+    assert_eq!(
+        (uri.host.as_str(), uri.port, uri.vhost.as_str()),
+        ("::1", 5673, "/")
+    );
 }
 
 #[test]
@@ -69,8 +80,15 @@ fn credential_file_is_read_and_trailing_newline_dropped() {
     std::fs::write(&path, format!("{CANARY}\n")).unwrap();
     let name = SecretName::new("broker-uri").unwrap();
     let value = read_credential(&name, &path).unwrap().unwrap();
-    #[expect(clippy::disallowed_methods, reason = "the test compares the loaded value")]
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "the test compares the loaded value"
+    )]
     let plain = secrecy::ExposeSecret::expose_secret(&value).to_owned();
     assert_eq!(plain, CANARY);
-    assert!(read_credential(&name, &dir.path().join("absent")).unwrap().is_none());
+    assert!(
+        read_credential(&name, &dir.path().join("absent"))
+            .unwrap()
+            .is_none()
+    );
 }

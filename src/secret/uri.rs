@@ -64,7 +64,10 @@ pub enum UriError {
 impl BrokerUri {
     /// Parses the URI held in `secret`.
     pub fn parse(secret: &SecretString) -> Result<Self, UriError> {
-        #[expect(clippy::disallowed_methods, reason = "parsing needs the text; nothing is printed")]
+        #[expect(
+            clippy::disallowed_methods,
+            reason = "parsing needs the text; nothing is printed"
+        )]
         let text = secret.expose_secret();
         let (tls, rest) = if let Some(rest) = text.strip_prefix("amqps://") {
             (true, rest)
@@ -84,11 +87,19 @@ impl BrokerUri {
         }
         let (host, port) = split_host_port(hostport)?;
         let port = match port {
-            Some(port) => port.parse::<u16>().ok().filter(|p| *p > 0).ok_or(UriError::Port)?,
+            Some(port) => port
+                .parse::<u16>()
+                .ok()
+                .filter(|p| *p > 0)
+                .ok_or(UriError::Port)?,
             None if tls => 5671,
             None => 5672,
         };
-        let vhost = if path.is_empty() { "/".to_owned() } else { decode(path)? };
+        let vhost = if path.is_empty() {
+            "/".to_owned()
+        } else {
+            decode(path)?
+        };
         let mut heartbeat = 10;
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             match pair.split_once('=') {

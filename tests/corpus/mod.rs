@@ -3,7 +3,12 @@
 //!
 //! Shared by `tests/scrub_corpus.rs` (correctness) and `benches/scrub.rs` (throughput).
 
-#![allow(dead_code, unreachable_pub, reason = "each includer uses part of the corpus")]
+#![allow(
+    dead_code,
+    unreachable_pub,
+    clippy::indexing_slicing,
+    reason = "shared test data: each includer uses part of it, and indices come from `below(len)`"
+)]
 
 /// The held secret the corpus plants in raw and encoded forms; register it before scrubbing.
 pub const HELD_SECRET: &str = "Cn4ry-h3ld-S3cr3t-v4lue+/=";
@@ -43,7 +48,10 @@ impl Rng {
     }
 
     pub fn alnum(&mut self, len: usize) -> String {
-        self.chars(b"ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz23456789", len)
+        self.chars(
+            b"ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz23456789",
+            len,
+        )
     }
 
     fn upper(&mut self, len: usize) -> String {
@@ -55,7 +63,10 @@ impl Rng {
     }
 
     fn b64(&mut self, len: usize) -> String {
-        self.chars(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/", len)
+        self.chars(
+            b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/",
+            len,
+        )
     }
 }
 
@@ -66,7 +77,14 @@ fn b64(bytes: &[u8]) -> String {
 /// Lines with nothing secret in them, including the tricky negatives.
 pub fn negative_line(rng: &mut Rng) -> String {
     let sha = rng.hex(40);
-    let uuid = format!("{}-{}-4{}-a{}-{}", rng.hex(8), rng.hex(4), rng.hex(3), rng.hex(3), rng.hex(12));
+    let uuid = format!(
+        "{}-{}-4{}-a{}-{}",
+        rng.hex(8),
+        rng.hex(4),
+        rng.hex(3),
+        rng.hex(3),
+        rng.hex(12)
+    );
     let n = rng.below(1000);
     match rng.below(24) {
         0 => format!("   Compiling fleetd-dep{n} v0.{n}.3 (/work/src/dep{n})"),
@@ -83,15 +101,27 @@ pub fn negative_line(rng: &mut Rng) -> String {
         8 => format!("\x1b[32m✓\x1b[0m {n} tests passed in \x1b[1m0.{n}s\x1b[0m"),
         9 => format!("sha256:{}", rng.hex(64)),
         10 => format!("integrity=\"sha512-{}\"", rng.b64(86)),
-        11 => format!("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI{} alice@laptop", rng.alnum(43)),
+        11 => format!(
+            "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI{} alice@laptop",
+            rng.alnum(43)
+        ),
         12 => "TOKEN_URL=https://auth.example.com/oauth/token".to_owned(),
         13 => "PASSWORD_FILE=/run/credentials/fleetd@alice.service/broker-uri".to_owned(),
         14 => "GITHUB_TOKEN=${GITHUB_TOKEN}".to_owned(),
         15 => "ANTHROPIC_API_KEY=<TOKEN>".to_owned(),
         16 => "ghp_xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx".to_owned(),
-        17 => "The password prompt was skipped; pass the key name, never the token itself.".to_owned(),
-        18 => format!("diff --git a/src/k{n}.rs b/src/k{n}.rs\nindex {}..{} 100644", rng.hex(7), rng.hex(7)),
-        19 => format!("-----BEGIN CERTIFICATE-----\nMIIB{}\n-----END CERTIFICATE-----", rng.b64(60)),
+        17 => {
+            "The password prompt was skipped; pass the key name, never the token itself.".to_owned()
+        }
+        18 => format!(
+            "diff --git a/src/k{n}.rs b/src/k{n}.rs\nindex {}..{} 100644",
+            rng.hex(7),
+            rng.hex(7)
+        ),
+        19 => format!(
+            "-----BEGIN CERTIFICATE-----\nMIIB{}\n-----END CERTIFICATE-----",
+            rng.b64(60)
+        ),
         20 => format!("Fetched https://static.example.com:8443/pkg/{n}/index.json in {n}ms"),
         21 => format!("[{uuid}] request completed status=200 duration_ms={n}"),
         22 => "password: ****".to_owned(),
@@ -132,7 +162,12 @@ pub fn secret_line(rng: &mut Rng) -> (String, String) {
             (format!("AWS_SECRET_ACCESS_KEY={t}"), t)
         }
         7 => {
-            let t = format!("xoxb-{}-{}-{}", rng.below(1 << 30), rng.below(1 << 30), rng.alnum(24));
+            let t = format!(
+                "xoxb-{}-{}-{}",
+                rng.below(1 << 30),
+                rng.below(1 << 30),
+                rng.alnum(24)
+            );
             (format!("slack: {t}"), t)
         }
         8 => {
@@ -164,38 +199,71 @@ pub fn secret_line(rng: &mut Rng) -> (String, String) {
             (format!("id_token={t}"), t)
         }
         14 => {
-            let scheme = *rng.pick(&["https", "ssh", "amqp", "amqps", "postgres", "mysql", "mongodb+srv"]);
-            (format!("origin\t{scheme}://deploy:{pw}@git.example.com/o/r.git (fetch)"), pw)
+            let scheme = *rng.pick(&[
+                "https",
+                "ssh",
+                "amqp",
+                "amqps",
+                "postgres",
+                "mysql",
+                "mongodb+srv",
+            ]);
+            (
+                format!("origin\t{scheme}://deploy:{pw}@git.example.com/o/r.git (fetch)"),
+                pw,
+            )
         }
         15 => (format!("redis://:{pw}@cache.internal:6379/0"), pw),
         16 => (
-            format!("fatal: unable to access 'https://oauth2:{pw}@gitlab.example.com/g/p.git/': The requested URL returned error: 403"),
+            format!(
+                "fatal: unable to access 'https://oauth2:{pw}@gitlab.example.com/g/p.git/': The requested URL returned error: 403"
+            ),
             pw,
         ),
         17 => {
             let basic = b64(format!("x-access-token:{pw}").as_bytes());
-            (format!("\textraheader = AUTHORIZATION: basic {basic}"), basic)
+            (
+                format!("\textraheader = AUTHORIZATION: basic {basic}"),
+                basic,
+            )
         }
         18 => {
             let t = rng.alnum(40);
-            (format!("curl -H 'Authorization: Bearer {t}' https://api.example.com"), t)
+            (
+                format!("curl -H 'Authorization: Bearer {t}' https://api.example.com"),
+                t,
+            )
         }
         19 => (format!("curl -u deploy:{pw} https://ci.example.com"), pw),
-        20 => (format!("machine api.example.com login bot password {pw}"), pw),
-        21 => (format!("{{\"client_secret\":\"{pw}\",\"grant_type\":\"client_credentials\"}}"), pw),
+        20 => (
+            format!("machine api.example.com login bot password {pw}"),
+            pw,
+        ),
+        21 => (
+            format!("{{\"client_secret\":\"{pw}\",\"grant_type\":\"client_credentials\"}}"),
+            pw,
+        ),
         22 => (format!("DB_PASSWORD='{pw}'"), pw),
-        23 => (format!("https://acct.blob.core.windows.net/c/b?sv=2022-11-02&sig={pw}%3D&se=2027"), pw),
+        23 => (
+            format!("https://acct.blob.core.windows.net/c/b?sv=2022-11-02&sig={pw}%3D&se=2027"),
+            pw,
+        ),
         24 => {
             let body = rng.b64(64);
             (
-                format!("-----BEGIN OPENSSH PRIVATE KEY-----\n{body}\n{}\n-----END OPENSSH PRIVATE KEY-----", rng.b64(64)),
+                format!(
+                    "-----BEGIN OPENSSH PRIVATE KEY-----\n{body}\n{}\n-----END OPENSSH PRIVATE KEY-----",
+                    rng.b64(64)
+                ),
                 body,
             )
         }
         25 => {
             let body = rng.b64(64);
             (
-                format!("{{\"private_key\":\"-----BEGIN RSA PRIVATE KEY-----\\n{body}\\n-----END RSA PRIVATE KEY-----\\n\"}}"),
+                format!(
+                    "{{\"private_key\":\"-----BEGIN RSA PRIVATE KEY-----\\n{body}\\n-----END RSA PRIVATE KEY-----\\n\"}}"
+                ),
                 body,
             )
         }
@@ -206,11 +274,17 @@ pub fn secret_line(rng: &mut Rng) -> (String, String) {
         }
         28 => {
             let encoded = b64(format!("fleet01:{HELD_SECRET}").as_bytes());
-            (format!("{{\"auths\":{{\"r.example\":{{\"auth\":\"{encoded}\"}}}}}}"), encoded)
+            (
+                format!("{{\"auths\":{{\"r.example\":{{\"auth\":\"{encoded}\"}}}}}}"),
+                encoded,
+            )
         }
         _ => {
             let t = format!("dckr_pat_{}", rng.alnum(27));
-            (format!("echo {t} | docker login -u bot --password-stdin"), t)
+            (
+                format!("echo {t} | docker login -u bot --password-stdin"),
+                t,
+            )
         }
     }
 }

@@ -1,0 +1,121 @@
+//! argv → [`Command`], and the exit codes. The only module that prints.
+//!
+//! Imports: `daemon`, `config`, `secret`, `scrub`.
+
+mod config_check;
+pub mod exit;
+mod output;
+mod run;
+mod scrub;
+mod secret;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::config::LogFormat;
+pub use output::Output;
+
+/// fleetd: a per-host gateway that lets AI coding agents on several hosts work together through
+/// one AMQP broker, without any host learning another's terminals or credentials.
+#[derive(Debug, Parser)]
+#[command(name = "fleetd", version, about, long_about = None)]
+pub struct Cli {
+    /// Config file (default: $FLEETD_CONFIG, then the search order in docs/configuration.md).
+    #[arg(long, global = true, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+
+    /// Log format, overriding the config.
+    #[arg(long, global = true, value_enum)]
+    pub log_format: Option<LogFormatArg>,
+
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// `--log-format` values.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum LogFormatArg {
+    /// Human-readable text.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+impl From<LogFormatArg> for LogFormat {
+    fn from(arg: LogFormatArg) -> Self {
+        match arg {
+            LogFormatArg::Text => LogFormat::Text,
+            LogFormatArg::Json => LogFormat::Json,
+        }
+    }
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the host daemon (single-host mode on the embedded defaults when no config exists).
+    Run,
+    /// Filter stdin to stdout through the scrubber (flushes when input goes idle).
+    Scrub {
+        /// File of `NAME=VALUE` lines whose values are treated as held secrets.
+        #[arg(long, value_name = "FILE")]
+        known: Option<PathBuf>,
+    },
+    /// Configuration commands.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+    /// Secret commands (values are never printed).
+    #[command(subcommand)]
+    Secret(SecretCommand),
+}
+
+/// `fleetd config …`.
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Load the config and report every problem with file:line:column.
+    Check,
+}
+
+/// `fleetd secret …`.
+#[derive(Debug, Subcommand)]
+pub enum SecretCommand {
+    /// Read a value from stdin (without echo on a terminal) into the OS keyring.
+    Set {
+        /// The secret's name (e.g. `broker-uri`).
+        name: String,
+    },
+    /// Say, for each configured secret, which source it resolves from (never the value).
+    Check,
+    /// Delete a secret from the OS keyring.
+    Delete {
+        /// The secret's name.
+        name: String,
+    },
+}
+
+/// Parses argv and runs the command.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => {
+            let code = if error.use_stderr() {
+                exit::USAGE
+            } else {
+                exit::OK
+            };
+            // clap's own rendering: help, version or a usage error; it holds no secret.
+            let _ = error.print();
+            return exit::code(code);
+        }
+    };
+    let out = Output::default();
+    match cli.command {
+        Command::Run => run::run(&cli.config, cli.log_format.map(Into::into), &out),
+        Command::Scrub { ref known } => scrub::run(known.as_deref(), &out),
+        Command::Config(ConfigCommand::Check) => config_check::run(cli.config.as_deref(), &out),
+        Command::Secret(ref command) => secret::run(command, cli.config.as_deref(), &out),
+    }
+}

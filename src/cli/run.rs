@@ -1,0 +1,64 @@
+//! `fleetd run`: the startup checklist.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use super::{Output, exit};
+use crate::config::{Config, LogFormat};
+use crate::daemon;
+use crate::scrub::Scrubber;
+use crate::secret;
+
+/// Loads config and secrets, hardens the process, starts logging and runs the daemon.
+pub(super) fn run(
+    config_path: &Option<PathBuf>,
+    log_format: Option<LogFormat>,
+    out: &Output,
+) -> ExitCode {
+    let config = match Config::load(config_path.as_deref()) {
+        Ok(config) => config, // files only: no sockets, no threads
+        Err(error) => return super::config_check::report(&error, out),
+    };
+    // Environment secrets are erased from the process environment while no thread exists.
+    let secrets = match secret::resolve_all(&config.secrets) {
+        Ok(secrets) => secrets,
+        Err(error) => {
+            out.error(&error);
+            return exit::code(exit::FAILED);
+        }
+    };
+    if let Err(error) = secret::harden_process() {
+        out.error(&error);
+        return exit::code(exit::FAILED);
+    }
+    let scrubber = Scrubber::new();
+    let out = Output::new(scrubber.clone());
+    for resolved in &secrets {
+        if let Err(error) = scrubber.register(resolved.name.as_str(), &resolved.value) {
+            out.note(&format!("warning: {error}"));
+        }
+    }
+    let format = log_format.unwrap_or(config.log_format);
+    if let Err(error) = daemon::log::init(format, &config.log_level, scrubber) {
+        out.error(&error);
+        return exit::code(exit::FAILED);
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            out.error(&error);
+            return exit::code(exit::FAILED);
+        }
+    };
+    match runtime.block_on(daemon::run(config, secrets)) {
+        Ok(()) => exit::code(exit::OK),
+        Err(error) => {
+            tracing::error!(%error, "fleetd failed");
+            out.error(&error);
+            exit::code(exit::FAILED)
+        }
+    }
+}

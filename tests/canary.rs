@@ -1,0 +1,300 @@
+//! Canary secrets from each of the three sources (systemd credential, the variable named by
+//! `broker.uriEnv`, the OS keyring) never appear in logs, error output, `secret check` output or
+//! `/proc/<pid>/environ` of a running daemon. Real processes, real keyring.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "test code fails loudly"
+)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+const BIN: &str = env!("CARGO_BIN_EXE_fleetd");
+
+struct Canaries {
+    credential: String,
+    env: String,
+    keyring: String,
+    keyring_name: String,
+}
+
+impl Canaries {
+    fn new() -> Self {
+        let nonce = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+            % 1_000_000_007;
+        Canaries {
+            credential: format!("CredCanary{nonce}xQ"),
+            env: format!("EnvCanary{nonce}zR"),
+            keyring: format!("KeyCanary{nonce}wP"),
+            keyring_name: format!("test-canary-{nonce}"),
+        }
+    }
+
+    #[track_caller]
+    fn assert_absent(&self, what: &str, text: &str) {
+        for canary in [&self.credential, &self.env, &self.keyring] {
+            assert!(
+                !text.contains(canary.as_str()),
+                "{what} leaked a canary:\n{text}"
+            );
+        }
+    }
+}
+
+fn fleetd(args: &[&str], dir: &Path) -> Command {
+    let mut command = Command::new(BIN);
+    command
+        .args(args)
+        .env_remove("FLEETD_CONFIG")
+        .env("CREDENTIALS_DIRECTORY", dir.join("credentials"))
+        .env("HOME", dir)
+        .env("XDG_CONFIG_HOME", dir.join("config"))
+        .env("XDG_STATE_HOME", dir.join("state"))
+        .env("XDG_RUNTIME_DIR", dir.join("run"));
+    command
+}
+
+fn text(output: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// Stores the keyring canary; fails with what is missing when no keyring is usable.
+fn store_in_keyring(canaries: &Canaries, dir: &Path) {
+    let mut child = fleetd(&["secret", "set", &canaries.keyring_name], dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(format!("{}\n", canaries.keyring).as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    let out = text(&output);
+    canaries.assert_absent("secret set", &out);
+    assert!(
+        output.status.success(),
+        "the OS keyring is not usable by this process: {out}\nrun the suite in a fresh session keyring \
+         (`keyctl session - cargo test`, as the README's test command does; needs the keyutils package)"
+    );
+}
+
+fn setup(canaries: &Canaries) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("credentials")).unwrap();
+    std::fs::write(
+        dir.path().join("credentials/cred-canary"),
+        &canaries.credential,
+    )
+    .unwrap();
+    let config = format!(
+        "host = \"laptop\"\nfleet = \"mac\"\n[broker]\nuriEnv = \"FLEETD_TEST_URI\"\n[log]\nformat = \"json\"\nlevel = \"trace\"\n\
+         [secrets.cred-canary]\n[secrets.{}]\n",
+        canaries.keyring_name
+    );
+    std::fs::write(dir.path().join("fleetd.toml"), config).unwrap();
+    dir
+}
+
+fn broker_uri(canaries: &Canaries) -> String {
+    format!("amqp://mac:{}@127.0.0.1:5672/mac", canaries.env)
+}
+
+#[test]
+fn canaries_from_all_three_sources_never_leak() {
+    let canaries = Canaries::new();
+    let dir = setup(&canaries);
+    let config = dir.path().join("fleetd.toml");
+    let config = config.to_str().unwrap();
+    store_in_keyring(&canaries, dir.path());
+
+    // `secret check` names each source, never a value.
+    let output = fleetd(&["--config", config, "secret", "check"], dir.path())
+        .env("FLEETD_TEST_URI", broker_uri(&canaries))
+        .output()
+        .unwrap();
+    let out = text(&output);
+    canaries.assert_absent("secret check", &out);
+    assert!(output.status.success(), "{out}");
+    assert!(
+        out.contains("broker-uri: from environment variable `FLEETD_TEST_URI`"),
+        "{out}"
+    );
+    assert!(
+        out.contains("cred-canary: from systemd credential"),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("{}: from os keyring", canaries.keyring_name)),
+        "{out}"
+    );
+
+    // A running daemon: its environment block no longer shows the variable, its logs show no canary.
+    let mut child = fleetd(&["--config", config, "run"], dir.path())
+        .env("FLEETD_TEST_URI", broker_uri(&canaries))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut logs = wait_for_line(&mut child, "fleetd ready");
+    let environ = std::fs::read(format!("/proc/{}/environ", child.id())).unwrap_or_else(|error| {
+        panic!("reading /proc/<pid>/environ of the non-dumpable daemon needs root: {error}")
+    });
+    let environ = String::from_utf8_lossy(&environ);
+    canaries.assert_absent("/proc/<pid>/environ", &environ);
+    assert!(
+        !environ.contains("FLEETD_TEST_URI="),
+        "the variable is still in the environment block"
+    );
+    assert!(
+        environ.contains("CREDENTIALS_DIRECTORY="),
+        "the rest of the environment stays"
+    );
+    stop(&mut child, &mut logs);
+    canaries.assert_absent("daemon logs", &logs);
+    assert!(
+        logs.contains("\"secret.source\""),
+        "logs name the sources: {logs}"
+    );
+
+    let output = fleetd(&["secret", "delete", &canaries.keyring_name], dir.path())
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", text(&output));
+}
+
+#[test]
+fn errors_about_secrets_never_contain_them() {
+    let canaries = Canaries::new();
+    let dir = setup(&canaries);
+    let config = dir.path().join("fleetd.toml");
+    // A broker secret that is not a valid URI: the daemon refuses it without echoing it.
+    let output = fleetd(&["--config", config.to_str().unwrap(), "run"], dir.path())
+        .env(
+            "FLEETD_TEST_URI",
+            format!("http://mac:{}@broker/", canaries.env),
+        )
+        .output()
+        .unwrap();
+    let out = text(&output);
+    assert!(!output.status.success());
+    canaries.assert_absent("run with a bad uri", &out);
+}
+
+#[test]
+fn a_config_with_a_literal_password_is_refused_without_echoing_it() {
+    let canaries = Canaries::new();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fleetd.toml");
+    let cases = [
+        format!(
+            "[broker]\nuriEnv = \"amqp://mac:{}@broker:5672/mac\"\n",
+            canaries.env
+        ),
+        format!("host = \"laptop\"\npassword = \"{}\"\n", canaries.env),
+    ];
+    for case in cases {
+        std::fs::write(&path, case).unwrap();
+        for command in [&["config", "check"][..], &["run"][..]] {
+            let mut args = vec!["--config", path.to_str().unwrap()];
+            args.extend_from_slice(command);
+            let output = fleetd(&args, dir.path()).output().unwrap();
+            let out = text(&output);
+            assert_eq!(output.status.code(), Some(1), "{out}");
+            assert!(out.contains("literal credential"), "{out}");
+            assert!(
+                out.contains("fleetd.toml:"),
+                "diagnostic has file:line:column: {out}"
+            );
+            canaries.assert_absent("config error", &out);
+        }
+    }
+}
+
+#[test]
+fn scrub_filters_a_pipe_and_flushes_when_idle() {
+    let dir = tempfile::tempdir().unwrap();
+    let known = dir.path().join("known");
+    std::fs::write(&known, "db=Kn0wnS3cretValue\n").unwrap();
+    let mut child = Command::new(BIN)
+        .args(["scrub", "--known", known.to_str().unwrap()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    stdin
+        .write_all(b"password is Kn0wnS3cretValue; prompt> ")
+        .unwrap();
+    stdin.flush().unwrap();
+    // No newline: only the idle flush can release it.
+    let mut buf = [0u8; 256];
+    let n = stdout.read(&mut buf).unwrap();
+    let first = String::from_utf8_lossy(&buf[..n]).into_owned();
+    assert!(
+        first.starts_with("password is [redacted:held-secret];"),
+        "{first}"
+    );
+    drop(stdin);
+    let mut rest = String::new();
+    stdout.read_to_string(&mut rest).unwrap();
+    assert!(child.wait().unwrap().success());
+    assert!(!format!("{first}{rest}").contains("Kn0wnS3cretValue"));
+}
+
+/// Reads stderr lines until one contains `needle`; returns what was read.
+fn wait_for_line(child: &mut Child, needle: &str) -> String {
+    let stderr = child.stderr.take().unwrap();
+    let (send, receive) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if send.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut seen = String::new();
+    while Instant::now() < deadline {
+        if let Ok(line) = receive.recv_timeout(Duration::from_millis(100)) {
+            seen.push_str(&line);
+            seen.push('\n');
+            if line.contains(needle) {
+                std::thread::spawn(move || {
+                    // Keep draining so the daemon never blocks on a full pipe.
+                    while receive.recv().is_ok() {}
+                });
+                return seen;
+            }
+        }
+    }
+    let _ = child.kill();
+    panic!("daemon did not log `{needle}` within 20 s; it logged:\n{seen}");
+}
+
+fn stop(child: &mut Child, logs: &mut String) {
+    let pid = rustix::process::Pid::from_raw(i32::try_from(child.id()).unwrap()).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "daemon exit after SIGTERM: {status}");
+    if let Some(mut stdout) = child.stdout.take() {
+        stdout.read_to_string(logs).unwrap();
+    }
+}
