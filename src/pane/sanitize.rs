@@ -111,7 +111,7 @@ mod tests {
             (b"del\x7f", "del", 1),
             ("c1\u{9b}31m".as_bytes(), "c131m", 1),
             ("bidi\u{202e}txt\u{2066}".as_bytes(), "biditxt", 2),
-            (b"bad\xff\xfeutf8", "badutf8", 1),
+            (b"bad\xff\xfeutf8", "badutf8", 2),
             (b"\x1bcreset", "reset", 1),
             ("unicode ✓ ünïcødé".as_bytes(), "unicode ✓ ünïcødé", 0),
         ];
