@@ -835,15 +835,19 @@ fn webhook_path(scan: &mut Scan<'_>, end: usize) -> Outcome {
 /// Name segments that make an assignment's value secret, by the kind they report.
 fn secret_word(segment: &[u8]) -> Option<(&'static str, bool)> {
     // (kind, weak): a weak word alone as the whole name needs a generated-looking value.
-    let word = segment.to_ascii_lowercase();
-    Some(match word.as_slice() {
+    let mut lower = [0u8; 24];
+    let word = lower.get_mut(..segment.len())?;
+    word.copy_from_slice(segment);
+    word.make_ascii_lowercase();
+    let word: &[u8] = word;
+    Some(match word {
         b"token" | b"authtoken" | b"accesstoken" | b"refreshtoken" | b"sessiontoken"
         | b"idtoken" | b"apitoken" | b"pat" => ("token", false),
         b"secret" | b"clientsecret" | b"secretkey" | b"secretaccesskey" => ("secret", false),
         b"password" | b"passwd" | b"passphrase" => ("password", false),
         b"pass" | b"pwd" => ("password", true),
         b"key" | b"apikey" | b"accesskey" | b"privatekey" | b"accountkey" | b"sharedaccesskey"
-        | b"masterkey" | b"signingkey" | b"encryptionkey" => ("key", word.as_slice() == b"key"),
+        | b"masterkey" | b"signingkey" | b"encryptionkey" => ("key", word == b"key"),
         b"credential" | b"credentials" | b"creds" => ("credential", true),
         _ => return None,
     })
@@ -881,6 +885,15 @@ fn assignment(scan: &mut Scan<'_>, start: usize, end: usize) -> Outcome {
     }
     if name_end - end > MAX_NAME {
         return Outcome::Skip;
+    }
+    // Fast reject: most hits are words (`passed`, `keyring`, `tokens`) with no separator after.
+    let after = scan.run(name_end, |b| matches!(b, b'"' | b'\'' | b'\\'));
+    if !matches!(scan.at(after), Some(b'=' | b':' | b' ' | b'\t')) {
+        return if scan.cut(after) {
+            Outcome::NeedMore(name_start)
+        } else {
+            Outcome::Skip
+        };
     }
     let name = scan.bytes(name_start, name_end);
     let name = name.strip_prefix(b"--").unwrap_or(name);
