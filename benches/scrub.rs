@@ -83,9 +83,31 @@ fn main() {
     if std::env::var_os("SCRUB_BENCH_HITS").is_some() {
         let out = scrubber.scrub(&clean);
         println!("clean markers: {}", out.matches("[redacted:").count());
+        let hits = fleetd::scrub::trigger_hits(clean.as_bytes());
         println!(
             "clean hits per MB: {:.0}",
-            fleetd::scrub::trigger_hits(clean.as_bytes()) as f64 / (clean.len() as f64 / 1e6)
+            hits as f64 / (clean.len() as f64 / 1e6)
+        );
+        let search = throughput(clean.len(), 5, || {
+            black_box(fleetd::scrub::trigger_hits(black_box(clean.as_bytes())));
+        });
+        println!("trigger search alone on clean: {search:.1} MB/s");
+        let quiet = clean
+            .replace("key", "kqy")
+            .replace("pass", "pqss")
+            .replace("token", "tqken");
+        let search = throughput(quiet.len(), 5, || {
+            black_box(fleetd::scrub::trigger_hits(black_box(quiet.as_bytes())));
+        });
+        let prose =
+            "the quick brown fox jumps over the lazy dog 0123 ABCDEF lorem ipsum\n".repeat(300_000);
+        let search = throughput(prose.len(), 5, || {
+            black_box(fleetd::scrub::trigger_hits(black_box(prose.as_bytes())));
+        });
+        println!("trigger search alone on hit-free prose: {search:.1} MB/s");
+        println!(
+            "trigger search alone on clean without key/pass/token words: {search:.1} MB/s ({} hits)",
+            fleetd::scrub::trigger_hits(quiet.as_bytes())
         );
     }
     for (name, text) in [("clean", &clean), ("dense", &dense)] {
@@ -103,6 +125,10 @@ fn main() {
             }
             stream.finish(&mut out);
         });
+        if std::env::var_os("SCRUB_BENCH_NO_BASELINE").is_some() {
+            println!("{name:>5}: fleetd {ours:>7.1} MB/s | streamed {streamed:>7.1} MB/s");
+            continue;
+        }
         let baseline = throughput(bytes, 2, || {
             black_box(naive(&patterns, black_box(text.as_bytes())));
         });

@@ -55,18 +55,23 @@ fn assert_secret_gone(windows: &HashSet<&[u8]>, secret: &str) {
 
 #[test]
 fn dense_corpus_loses_every_secret_and_keeps_every_negative() {
-    let corpus = corpus::build(7, 6000, 3);
     let scrubber = scrubber();
-    let out = scrubber.scrub(&corpus.text);
-    assert!(corpus.secrets.len() >= 1900, "corpus plants secrets");
-    let seen = windows(&out);
-    for secret in &corpus.secrets {
-        assert_secret_gone(&seen, secret);
-    }
-    let lines: HashSet<&str> = out.lines().collect();
-    for negative in &corpus.negatives {
-        for line in negative.lines() {
-            assert!(lines.contains(line), "negative line changed: {line:?}");
+    for seed in [7, 8, 9, 10] {
+        let corpus = corpus::build(seed, 3000, 3);
+        let out = scrubber.scrub(&corpus.text);
+        assert!(corpus.secrets.len() >= 950, "corpus plants secrets");
+        let seen = windows(&out);
+        for secret in &corpus.secrets {
+            assert_secret_gone(&seen, secret);
+        }
+        let lines: HashSet<&str> = out.lines().collect();
+        for negative in &corpus.negatives {
+            for line in negative.lines() {
+                assert!(
+                    lines.contains(line),
+                    "seed {seed}: negative line changed: {line:?}"
+                );
+            }
         }
     }
 }

@@ -24,25 +24,78 @@ pub(super) enum End {
     Open,
 }
 
-/// Immutable once built; [`super::Scrubber`] swaps in a new one when a secret is registered.
-pub(super) struct Engine {
+/// One automaton over at most [`GROUP_SIZE`] patterns, so its search gets a SIMD prefilter
+/// (Teddy handles up to 64 literals; one automaton over every trigger would get none).
+#[derive(Clone)]
+struct Group {
     automaton: AhoCorasick,
     triggers: Vec<Trigger>,
+}
+
+const GROUP_SIZE: usize = 60;
+
+/// Immutable once built; [`super::Scrubber`] swaps in a new one when a secret is registered.
+pub(super) struct Engine {
+    /// Held-value groups first, then the shape groups: on a tie the earlier group wins.
+    groups: Vec<Group>,
     held: Vec<HeldPattern>,
     held_count: usize,
 }
 
 impl Default for Engine {
     fn default() -> Self {
-        static BASE: OnceLock<Engine> = OnceLock::new();
-        let base = BASE.get_or_init(|| Engine::build(Vec::new(), 0));
         Engine {
-            automaton: base.automaton.clone(),
-            triggers: base.triggers.clone(),
+            groups: shape_groups().to_vec(),
             held: Vec::new(),
             held_count: 0,
         }
     }
+}
+
+/// The groups for the credential shapes: built once, shared by every engine.
+fn shape_groups() -> &'static [Group] {
+    static SHAPES: OnceLock<Vec<Group>> = OnceLock::new();
+    SHAPES.get_or_init(|| {
+        let mut patterns: Vec<(Vec<u8>, Trigger)> = Vec::new();
+        for spec in rules::PREFIXES {
+            patterns.push((
+                spec.prefix.as_bytes().to_vec(),
+                Trigger::Rule(Rule::Prefix(spec)),
+            ));
+        }
+        for (text, rule) in rules::OTHER_TRIGGERS {
+            patterns.push((text.as_bytes().to_vec(), Trigger::Rule(*rule)));
+        }
+        groups(patterns)
+    })
+}
+
+/// Splits `patterns` into groups of at most [`GROUP_SIZE`], keeping their order.
+fn groups(patterns: Vec<(Vec<u8>, Trigger)>) -> Vec<Group> {
+    let mut out = Vec::new();
+    let mut rest = patterns;
+    while !rest.is_empty() {
+        let tail = rest.split_off(GROUP_SIZE.min(rest.len()));
+        let (mut bytes, triggers): (Vec<Vec<u8>>, Vec<Trigger>) = rest.into_iter().unzip();
+        #[expect(
+            clippy::expect_used,
+            reason = "literal patterns and held values are few and short; building cannot fail"
+        )]
+        let automaton = AhoCorasickBuilder::new()
+            .match_kind(MatchKind::LeftmostFirst)
+            .kind(Some(AhoCorasickKind::DFA))
+            .build(&bytes)
+            .expect("a trigger automaton builds");
+        for pattern in &mut bytes {
+            zeroize::Zeroize::zeroize(pattern);
+        }
+        out.push(Group {
+            automaton,
+            triggers,
+        });
+        rest = tail;
+    }
+    out
 }
 
 /// The result of redacting one block.
@@ -55,37 +108,16 @@ pub(super) struct Redacted {
 
 impl Engine {
     fn build(held: Vec<HeldPattern>, held_count: usize) -> Engine {
-        let mut patterns: Vec<Vec<u8>> = Vec::new();
-        let mut triggers = Vec::new();
-        // INVARIANT: held patterns come first, so at a shared start position the leftmost-first
-        // search prefers an exact held value to a shape trigger.
-        for pattern in &held {
-            patterns.push(pattern.bytes.to_vec());
-            triggers.push(Trigger::Held(pattern.encoding));
-        }
-        for spec in rules::PREFIXES {
-            patterns.push(spec.prefix.as_bytes().to_vec());
-            triggers.push(Trigger::Rule(Rule::Prefix(spec)));
-        }
-        for (text, rule) in rules::OTHER_TRIGGERS {
-            patterns.push(text.as_bytes().to_vec());
-            triggers.push(Trigger::Rule(*rule));
-        }
-        #[expect(
-            clippy::expect_used,
-            reason = "literal patterns and held values are few and short; building cannot fail"
-        )]
-        let automaton = AhoCorasickBuilder::new()
-            .match_kind(MatchKind::LeftmostFirst)
-            .kind(Some(AhoCorasickKind::DFA))
-            .build(&patterns)
-            .expect("the trigger automaton builds");
-        for mut pattern in patterns {
-            zeroize::Zeroize::zeroize(&mut pattern);
-        }
+        // INVARIANT: held groups come first, so at a shared start position an exact held value
+        // wins over a shape trigger.
+        let patterns = held
+            .iter()
+            .map(|p| (p.bytes.to_vec(), Trigger::Held(p.encoding)))
+            .collect();
+        let mut groups = groups(patterns);
+        groups.extend_from_slice(shape_groups());
         Engine {
-            automaton,
-            triggers,
+            groups,
             held,
             held_count,
         }
@@ -112,7 +144,10 @@ impl Engine {
     }
 
     pub(super) fn hits(&self, text: &[u8]) -> usize {
-        self.automaton.find_iter(text).count()
+        self.groups
+            .iter()
+            .map(|g| g.automaton.find_iter(text).count())
+            .sum()
     }
 
     pub(super) fn held_count(&self) -> usize {
@@ -168,11 +203,36 @@ impl Engine {
         };
         let mut pos = rules::pem_lines(&mut scan, 0);
         let mut hold = None;
+        let mut next: Vec<Option<aho_corasick::Match>> = vec![None; self.groups.len()];
+        let mut done = vec![false; self.groups.len()];
         while pos < text.len() {
-            let Some(hit) = self.automaton.find(Input::new(text).range(pos..)) else {
+            // The leftmost next hit over all groups; an earlier group wins a tie.
+            let mut best: Option<(usize, aho_corasick::Match)> = None;
+            for (i, group) in self.groups.iter().enumerate() {
+                let (Some(slot), Some(finished)) = (next.get_mut(i), done.get_mut(i)) else {
+                    continue;
+                };
+                if *finished {
+                    continue;
+                }
+                if slot.is_none_or(|m| m.start() < pos) {
+                    *slot = group.automaton.find(Input::new(text).range(pos..));
+                    *finished = slot.is_none();
+                }
+                if let Some(hit) = *slot {
+                    if best.is_none_or(|(_, b)| hit.start() < b.start()) {
+                        best = Some((i, hit));
+                    }
+                }
+            }
+            let Some((group, hit)) = best else {
                 break;
             };
-            let outcome = match self.triggers.get(hit.pattern().as_usize()) {
+            let trigger = self
+                .groups
+                .get(group)
+                .and_then(|g| g.triggers.get(hit.pattern().as_usize()));
+            let outcome = match trigger {
                 Some(Trigger::Rule(rule)) => {
                     rules::validate(*rule, &mut scan, hit.start(), hit.end())
                 }
@@ -213,7 +273,7 @@ impl Engine {
         if word.is_empty() {
             return false;
         }
-        if self.automaton.find(word).is_some() {
+        if self.groups.iter().any(|g| g.automaton.find(word).is_some()) {
             return true;
         }
         let statics = rules::PREFIXES

@@ -941,10 +941,27 @@ fn benign_value(value: &[u8]) -> bool {
     if placeholder(value) {
         return true;
     }
-    if value.starts_with(b"/") || value.starts_with(b"~/") || value.starts_with(b"./") {
+    if path_like(value) {
         return true; // a path, e.g. `SSH_KEY=/home/u/.ssh/id_ed25519`
     }
     value.len() <= 4 && value.iter().all(u8::is_ascii_digit)
+}
+
+/// A file path under a well-known root, or relative to home or here. Base64 can start with `/`,
+/// so a bare leading slash is not enough.
+fn path_like(value: &[u8]) -> bool {
+    const ROOTS: &[&[u8]] = &[
+        b"home", b"run", b"etc", b"var", b"tmp", b"usr", b"opt", b"srv", b"mnt", b"root", b"Users",
+        b"nix", b"proc", b"dev",
+    ];
+    if value.starts_with(b"~/") || value.starts_with(b"./") {
+        return true;
+    }
+    let Some(rest) = value.strip_prefix(b"/") else {
+        return false;
+    };
+    let first = rest.split(|&b| b == b'/').next().unwrap_or_default();
+    rest.contains(&b'/') && ROOTS.contains(&first)
 }
 
 /// A value that looks generated: eight or more bytes, not a plain lowercase word.

@@ -74,57 +74,99 @@ fn b64(bytes: &[u8]) -> String {
     base64::Engine::encode(&base64::engine::general_purpose::STANDARD, bytes)
 }
 
-/// Lines with nothing secret in them, including the tricky negatives.
+/// Lines with nothing secret in them: four in five ordinary terminal, build, git and JSON-log
+/// lines, one in five a tricky negative (secret-sounding names, placeholders, hashes, keys that
+/// are public, URLs without passwords).
 pub fn negative_line(rng: &mut Rng) -> String {
-    let sha = rng.hex(40);
-    let uuid = format!(
+    if rng.below(5) == 0 {
+        tricky_line(rng)
+    } else {
+        ordinary_line(rng)
+    }
+}
+
+fn uuid(rng: &mut Rng) -> String {
+    format!(
         "{}-{}-4{}-a{}-{}",
         rng.hex(8),
         rng.hex(4),
         rng.hex(3),
         rng.hex(3),
         rng.hex(12)
-    );
+    )
+}
+
+/// Ordinary output: no trigger of any kind, or rarely one (a URL).
+pub fn ordinary_line(rng: &mut Rng) -> String {
     let n = rng.below(1000);
-    match rng.below(24) {
+    match rng.below(14) {
         0 => format!("   Compiling fleetd-dep{n} v0.{n}.3 (/work/src/dep{n})"),
-        1 => format!("warning: unused variable: `key_{n}` --> src/lib.rs:{n}:9"),
+        1 => format!("warning: unused variable: `count_{n}` --> src/lib.rs:{n}:9"),
         2 => format!("test scrub::tests::case_{n} ... ok"),
-        3 => format!("commit {sha}"),
+        3 => format!("commit {}", rng.hex(40)),
         4 => format!("Author: Alice Example <alice{n}@example.com>"),
-        5 => format!("origin\thttps://alice@github.com/org/repo{n}.git (fetch)"),
-        6 => format!("origin\tgit@github.com:org/repo{n}.git (push)"),
+        5 => format!(
+            "{{\"ts\":\"2026-12-02T13:{:02}:00Z\",\"level\":\"info\",\"msg\":\"delivered\",\"msg_id\":\"{}\",\"bytes\":{n}}}",
+            n % 60,
+            uuid(rng)
+        ),
+        6 => format!("\x1b[32m✓\x1b[0m {n} tests passed in \x1b[1m0.{n}s\x1b[0m"),
         7 => format!(
-            "{{\"ts\":\"2026-12-02T13:{:02}:00Z\",\"level\":\"info\",\"msg\":\"delivered\",\"msg_id\":\"{uuid}\",\"bytes\":{n}}}",
-            n % 60
-        ),
-        8 => format!("\x1b[32m✓\x1b[0m {n} tests passed in \x1b[1m0.{n}s\x1b[0m"),
-        9 => format!("sha256:{}", rng.hex(64)),
-        10 => format!("integrity=\"sha512-{}\"", rng.b64(86)),
-        11 => format!(
-            "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI{} alice@laptop",
-            rng.alnum(43)
-        ),
-        12 => "TOKEN_URL=https://auth.example.com/oauth/token".to_owned(),
-        13 => "PASSWORD_FILE=/run/credentials/fleetd@alice.service/broker-uri".to_owned(),
-        14 => "GITHUB_TOKEN=${GITHUB_TOKEN}".to_owned(),
-        15 => "ANTHROPIC_API_KEY=<TOKEN>".to_owned(),
-        16 => "ghp_xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx".to_owned(),
-        17 => {
-            "The password prompt was skipped; pass the key name, never the token itself.".to_owned()
-        }
-        18 => format!(
-            "diff --git a/src/k{n}.rs b/src/k{n}.rs\nindex {}..{} 100644",
+            "diff --git a/src/m{n}.rs b/src/m{n}.rs\nindex {}..{} 100644",
             rng.hex(7),
             rng.hex(7)
         ),
-        19 => format!(
+        8 => format!(
+            "[{}] request completed status=200 duration_ms={n}",
+            uuid(rng)
+        ),
+        9 => format!(
+            "    Finished `release` profile [optimized] target(s) in {}.{:02}s",
+            n / 10,
+            n % 100
+        ),
+        10 => format!(
+            "     Running unittests src/lib.rs (target/debug/deps/fleetd-{})",
+            rng.hex(16)
+        ),
+        11 => format!("+    let total_{n} = items.iter().map(|i| i.len()).sum::<usize>();"),
+        12 => format!(
+            "Receiving objects: {}% ({n}/1000), 1.{} MiB | 3.{} MiB/s",
+            n % 100,
+            n % 10,
+            n % 7
+        ),
+        _ => format!("Fetched https://static.example.com/pkg/{n}/index.json in {n}ms"),
+    }
+}
+
+/// The tricky negatives: text that looks secret and is not.
+pub fn tricky_line(rng: &mut Rng) -> String {
+    let n = rng.below(1000);
+    match rng.below(16) {
+        0 => format!("origin\thttps://alice@github.com/org/repo{n}.git (fetch)"),
+        1 => format!("origin\tgit@github.com:org/repo{n}.git (push)"),
+        2 => format!("sha256:{}", rng.hex(64)),
+        3 => format!("integrity=\"sha512-{}\"", rng.b64(86)),
+        4 => format!(
+            "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI{} alice@laptop",
+            rng.alnum(43)
+        ),
+        5 => "TOKEN_URL=https://auth.example.com/oauth/token".to_owned(),
+        6 => "PASSWORD_FILE=/run/credentials/fleetd@alice.service/broker-uri".to_owned(),
+        7 => "GITHUB_TOKEN=${GITHUB_TOKEN}".to_owned(),
+        8 => "ANTHROPIC_API_KEY=<TOKEN>".to_owned(),
+        9 => "ghp_xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx".to_owned(),
+        10 => {
+            "The password prompt was skipped; pass the key name, never the token itself.".to_owned()
+        }
+        11 => format!(
             "-----BEGIN CERTIFICATE-----\nMIIB{}\n-----END CERTIFICATE-----",
             rng.b64(60)
         ),
-        20 => format!("Fetched https://static.example.com:8443/pkg/{n}/index.json in {n}ms"),
-        21 => format!("[{uuid}] request completed status=200 duration_ms={n}"),
-        22 => "password: ****".to_owned(),
+        12 => format!("Fetched https://static.example.com:8443/pkg/{n}/index.json in {n}ms"),
+        13 => "password: ****".to_owned(),
+        14 => format!("warning: unused variable: `key_{n}` --> src/lib.rs:{n}:9"),
         _ => format!("\"max_tokens\": {n}, \"input_tokens\": {}", n / 2),
     }
 }
