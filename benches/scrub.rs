@@ -20,36 +20,17 @@ use fleetd::scrub::Scrubber;
 use regex::bytes::Regex;
 use secrecy::SecretString;
 
-/// The naive baseline: one regex per credential shape, applied in turn to the whole buffer.
+/// The naive baseline: one regex per pattern the scrubber knows (every provider prefix, every
+/// other trigger, the held value raw and in base64), applied in turn to the whole buffer.
 fn naive_patterns() -> Vec<Regex> {
-    let held = regex::escape(corpus::HELD_SECRET);
-    [
-        r"gh[pousr]_[A-Za-z0-9]{30,}",
-        r"github_pat_[A-Za-z0-9_]{40,}",
-        r"gl(pat|ptt|dt|rt|cbt|ft|soat)-[A-Za-z0-9_-]{20,}",
-        r"sk-[A-Za-z0-9_-]{20,}",
-        r"A(KIA|SIA|BIA|CCA)[A-Z0-9]{16}",
-        r"xox[bpares]-[A-Za-z0-9-]{10,}",
-        r"[sr]k_(live|test)_[A-Za-z0-9]{16,}",
-        r"AIza[A-Za-z0-9_-]{30,}",
-        r"npm_[A-Za-z0-9]{36,}",
-        r"hf_[A-Za-z0-9]{30,}",
-        r"hvs\.[A-Za-z0-9_-]{24,}",
-        r"dckr_pat_[A-Za-z0-9_-]{20,}",
-        r"eyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]*",
-        r"[A-Za-z][A-Za-z0-9+.-]*://[^\s:@/]*:[^\s@]+@",
-        r"(?i)(proxy-)?authorization\s*[:=]\s*\S+\s+\S+",
-        r"(?i)bearer\s+[A-Za-z0-9._~+/=-]{16,}",
-        r"-u\s+\S+:\S+",
-        r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----",
-        r"(?i)[A-Za-z0-9_.-]*(token|secret|password|passwd|key|credential)\s*[:=]\s*\S+",
-        r"[?&]sig=[^&\s]+",
-        r"machine\s+\S+\s+login\s+\S+\s+password\s+\S+",
-        &held,
-    ]
-    .iter()
-    .map(|p| Regex::new(p).unwrap())
-    .collect()
+    let b64 = base64::Engine::encode(
+        &base64::engine::general_purpose::STANDARD,
+        corpus::HELD_SECRET,
+    );
+    let mut sources = fleetd::scrub::naive_regexes();
+    sources.push(regex::escape(corpus::HELD_SECRET));
+    sources.push(regex::escape(&b64[4..b64.len() - 4]));
+    sources.iter().map(|p| Regex::new(p).unwrap()).collect()
 }
 
 fn naive(patterns: &[Regex], input: &[u8]) -> Vec<u8> {
@@ -72,6 +53,13 @@ fn throughput(bytes: usize, rounds: usize, mut f: impl FnMut()) -> f64 {
 }
 
 fn main() {
+    // `--write-corpus PATH`: write the dense corpus for the RSS measurement in scripts/bench.
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--write-corpus") {
+        let path = args.get(i + 1).expect("--write-corpus PATH");
+        std::fs::write(path, corpus::build(2, 400_000, 4).text).unwrap();
+        return;
+    }
     let scrubber = Scrubber::new();
     scrubber
         .register("bench-held", &SecretString::from(corpus::HELD_SECRET))
@@ -80,36 +68,12 @@ fn main() {
     let dense = corpus::build(2, 400_000, 4).text;
     let patterns = naive_patterns();
     println!("scrub bench: single thread, best of 5 rounds");
-    if std::env::var_os("SCRUB_BENCH_HITS").is_some() {
-        let out = scrubber.scrub(&clean);
-        println!("clean markers: {}", out.matches("[redacted:").count());
-        let hits = fleetd::scrub::trigger_hits(clean.as_bytes());
-        println!(
-            "clean hits per MB: {:.0}",
-            hits as f64 / (clean.len() as f64 / 1e6)
-        );
-        let search = throughput(clean.len(), 5, || {
-            black_box(fleetd::scrub::trigger_hits(black_box(clean.as_bytes())));
-        });
-        println!("trigger search alone on clean: {search:.1} MB/s");
-        let quiet = clean
-            .replace("key", "kqy")
-            .replace("pass", "pqss")
-            .replace("token", "tqken");
-        let search = throughput(quiet.len(), 5, || {
-            black_box(fleetd::scrub::trigger_hits(black_box(quiet.as_bytes())));
-        });
-        let prose =
-            "the quick brown fox jumps over the lazy dog 0123 ABCDEF lorem ipsum\n".repeat(300_000);
-        let search = throughput(prose.len(), 5, || {
-            black_box(fleetd::scrub::trigger_hits(black_box(prose.as_bytes())));
-        });
-        println!("trigger search alone on hit-free prose: {search:.1} MB/s");
-        println!(
-            "trigger search alone on clean without key/pass/token words: {search:.1} MB/s ({} hits)",
-            fleetd::scrub::trigger_hits(quiet.as_bytes())
-        );
-    }
+    println!(
+        "naive baseline: {} regexes; trigger hits per MB: clean {:.0}, dense {:.0}",
+        patterns.len(),
+        fleetd::scrub::trigger_hits(clean.as_bytes()) as f64 / (clean.len() as f64 / 1e6),
+        fleetd::scrub::trigger_hits(dense.as_bytes()) as f64 / (dense.len() as f64 / 1e6),
+    );
     for (name, text) in [("clean", &clean), ("dense", &dense)] {
         let bytes = text.len();
         let ours = throughput(bytes, 5, || {

@@ -143,6 +143,12 @@ pub fn looks_secret(text: &str) -> Option<&'static str> {
     engine.first_kind(text.as_bytes())
 }
 
+/// One regular expression per trigger, for the benchmark's naive baseline.
+#[doc(hidden)]
+pub fn naive_regexes() -> Vec<String> {
+    rules::naive_regexes()
+}
+
 #[doc(hidden)]
 /// Number of trigger hits in `text` (benchmark diagnostics).
 pub fn trigger_hits(text: &[u8]) -> usize {

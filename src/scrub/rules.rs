@@ -83,6 +83,17 @@ enum Charset {
 }
 
 impl Charset {
+    /// The class as a regular expression (for the benchmark's naive baseline).
+    fn regex(self) -> &'static str {
+        match self {
+            Charset::Alnum => "[A-Za-z0-9]",
+            Charset::Token => "[A-Za-z0-9_-]",
+            Charset::TokenDot => "[A-Za-z0-9_.-]",
+            Charset::UpperDigit => "[A-Z0-9]",
+            Charset::LowerHex => "[0-9a-f]",
+        }
+    }
+
     fn contains(self, b: u8) -> bool {
         match self {
             Charset::Alnum => b.is_ascii_alphanumeric(),
@@ -344,17 +355,12 @@ fn placeholder(value: &[u8]) -> bool {
 
 /// True for `xxxx…`, `****`, `0000…` and values with a run of six identical bytes.
 fn low_variety(value: &[u8]) -> bool {
-    let mut seen = [false; 256];
-    let mut distinct = 0;
+    let mut seen = [0u64; 4];
     let mut run = 0;
     let mut last = None;
     for &b in value {
-        let slot = seen.get_mut(usize::from(b));
-        if let Some(slot) = slot {
-            if !*slot {
-                *slot = true;
-                distinct += 1;
-            }
+        if let Some(word) = seen.get_mut(usize::from(b >> 6)) {
+            *word |= 1 << (b & 63);
         }
         run = if last == Some(b) { run + 1 } else { 1 };
         last = Some(b);
@@ -362,7 +368,7 @@ fn low_variety(value: &[u8]) -> bool {
             return true;
         }
     }
-    distinct <= 3
+    seen.iter().map(|w| w.count_ones()).sum::<u32>() <= 3
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -972,4 +978,53 @@ fn generated(value: &[u8]) -> bool {
 /// Position of `needle` in `haystack`.
 pub(super) fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     memchr::memmem::find(haystack, needle)
+}
+
+/// One regular expression per trigger, as a naive scrubber would write them; the benchmark
+/// applies them one after another as its baseline.
+pub(super) fn naive_regexes() -> Vec<String> {
+    let escape = |text: &str| -> String {
+        text.chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '_' {
+                    c.to_string()
+                } else {
+                    format!("\\{c}")
+                }
+            })
+            .collect()
+    };
+    let mut out: Vec<String> = PREFIXES
+        .iter()
+        .map(|spec| {
+            format!(
+                "{}{}{{{},}}",
+                escape(spec.prefix),
+                spec.charset.regex(),
+                spec.min
+            )
+        })
+        .collect();
+    for (text, rule) in OTHER_TRIGGERS {
+        let literal = escape(text);
+        out.push(match rule {
+            Rule::Assignment => format!(
+                "[A-Za-z0-9_.-]*{literal}[A-Za-z0-9_.-]*[\"']?\\s*[:=]\\s*[\"']?[^\\s\"'&;,]+"
+            ),
+            Rule::Jwt => {
+                format!("{literal}[A-Za-z0-9_-]{{10,}}\\.eyJ[A-Za-z0-9_-]{{10,}}\\.[A-Za-z0-9_-]*")
+            }
+            Rule::Url => format!("[A-Za-z][A-Za-z0-9+.-]*{literal}[^\\s:@/]*:[^\\s@]+@"),
+            Rule::Authorization => format!("{literal}[\"']?\\s*[:=]\\s*[\"']?[A-Za-z]+ [^\\s\"']+"),
+            Rule::Bearer => format!("{literal}[A-Za-z0-9._~+/=-]{{16,}}"),
+            Rule::CurlUser => format!("{literal}\\s*['\"]?[^\\s:'\"]+:[^\\s'\"]+"),
+            Rule::PemBegin => format!(
+                "{literal}[A-Z ]*PRIVATE KEY-----[\\s\\S]*?-----END [A-Z ]*PRIVATE KEY-----"
+            ),
+            Rule::PemBase64 | Rule::Prefix(_) => format!("[A-Za-z0-9+/]*{literal}[A-Za-z0-9+/=]*"),
+            Rule::QuerySignature => format!("[?&]{literal}[^&\\s\"'#]+"),
+            Rule::WebhookPath => format!("{literal}[A-Za-z0-9_/-]+"),
+        });
+    }
+    out
 }
