@@ -3,11 +3,13 @@
 //! Run: `cargo bench --bench scrub`. Prints MB/s for clean and secret-dense text, single thread,
 //! and the ratio to the baseline (every pattern's regex applied one after another over the whole
 //! buffer). Targets (issue 2): ≥ 500 MB/s clean, ≥ 150 MB/s dense, ≥ 10× baseline on dense.
+//! `scripts/bench` runs it and measures `fleetd scrub`'s peak RSS; figures in docs/benchmarks.md.
 
 #![allow(
     clippy::print_stdout,
     clippy::unwrap_used,
-    reason = "a benchmark reports on stdout"
+    clippy::expect_used,
+    reason = "a benchmark reports on stdout and fails loudly"
 )]
 
 #[path = "../tests/corpus/mod.rs"]
