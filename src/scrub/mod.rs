@@ -96,6 +96,18 @@ impl Scrubber {
     }
 
     /// Redacts a whole text at once (a log event, an error message, an audit record).
+    ///
+    /// ```
+    /// use fleetd::scrub::Scrubber;
+    /// use secrecy::SecretString;
+    ///
+    /// let scrubber = Scrubber::new();
+    /// scrubber.register("db", &SecretString::from("hunter2-but-longer")).unwrap();
+    /// assert_eq!(
+    ///     scrubber.scrub("origin https://bot:s3cr3t@git.example/r.git and hunter2-but-longer"),
+    ///     "origin https://bot:[redacted:password]@git.example/r.git and [redacted:held-secret]",
+    /// );
+    /// ```
     pub fn scrub(&self, text: &str) -> String {
         let bytes = self.scrub_bytes(text.as_bytes());
         // Markers are ASCII and spans are cut at byte positions validated as boundaries of ASCII
