@@ -151,7 +151,18 @@ fn canaries_from_all_three_sources_never_leak() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut logs = wait_for_line(&mut child, "fleetd ready");
+    let mut logs = Logs::capture(&mut child);
+    logs.wait_for(&mut child, "fleetd ready");
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", child.id())).unwrap();
+    let core = limits
+        .lines()
+        .find(|l| l.starts_with("Max core file size"))
+        .unwrap();
+    assert_eq!(
+        core.split_whitespace().nth(4),
+        Some("0"),
+        "core dumps are off: {core}"
+    );
     let environ = std::fs::read(format!("/proc/{}/environ", child.id())).unwrap_or_else(|error| {
         panic!("reading /proc/<pid>/environ of the non-dumpable daemon needs root: {error}")
     });
@@ -165,11 +176,19 @@ fn canaries_from_all_three_sources_never_leak() {
         environ.contains("CREDENTIALS_DIRECTORY="),
         "the rest of the environment stays"
     );
-    stop(&mut child, &mut logs);
+    let logs = stop(&mut child, logs);
     canaries.assert_absent("daemon logs", &logs);
     assert!(
         logs.contains("\"secret.source\""),
         "logs name the sources: {logs}"
+    );
+    assert!(
+        logs.contains("\"process.dumpable\":false"),
+        "the daemon is non-dumpable: {logs}"
+    );
+    assert!(
+        logs.contains("fleetd stopped"),
+        "logs after ready are checked too: {logs}"
     );
 
     let output = fleetd(&["secret", "delete", &canaries.keyring_name], dir.path())
@@ -258,43 +277,88 @@ fn scrub_filters_a_pipe_and_flushes_when_idle() {
     assert!(!format!("{first}{rest}").contains("Kn0wnS3cretValue"));
 }
 
-/// Reads stderr lines until one contains `needle`; returns what was read.
-fn wait_for_line(child: &mut Child, needle: &str) -> String {
-    let stderr = child.stderr.take().unwrap();
-    let (send, receive) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines() {
-            let Ok(line) = line else { break };
-            if send.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let mut seen = String::new();
-    while Instant::now() < deadline {
-        if let Ok(line) = receive.recv_timeout(Duration::from_millis(100)) {
-            seen.push_str(&line);
-            seen.push('\n');
-            if line.contains(needle) {
-                std::thread::spawn(move || {
-                    // Keep draining so the daemon never blocks on a full pipe.
-                    while receive.recv().is_ok() {}
-                });
-                return seen;
-            }
-        }
-    }
-    let _ = child.kill();
-    panic!("daemon did not log `{needle}` within 20 s; it logged:\n{seen}");
+/// Everything the daemon writes to stderr, collected by a reader thread.
+struct Logs {
+    lines: std::sync::mpsc::Receiver<String>,
+    seen: String,
 }
 
-fn stop(child: &mut Child, logs: &mut String) {
+impl Logs {
+    fn capture(child: &mut Child) -> Logs {
+        let stderr = child.stderr.take().unwrap();
+        let (send, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if send.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Logs {
+            lines,
+            seen: String::new(),
+        }
+    }
+
+    /// Waits up to 20 s for a line containing `needle`.
+    fn wait_for(&mut self, child: &mut Child, needle: &str) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(line) = self.lines.recv_timeout(Duration::from_millis(100)) {
+                self.seen.push_str(&line);
+                self.seen.push('\n');
+                if line.contains(needle) {
+                    return;
+                }
+            }
+        }
+        let _ = child.kill();
+        panic!(
+            "daemon did not log `{needle}` within 20 s; it logged:\n{}",
+            self.seen
+        );
+    }
+
+    /// Everything logged, after the daemon exited.
+    fn rest(mut self) -> String {
+        while let Ok(line) = self.lines.recv_timeout(Duration::from_secs(5)) {
+            self.seen.push_str(&line);
+            self.seen.push('\n');
+        }
+        self.seen
+    }
+}
+
+/// SIGTERM, then everything the daemon wrote to stdout and stderr.
+fn stop(child: &mut Child, logs: Logs) -> String {
     let pid = rustix::process::Pid::from_raw(i32::try_from(child.id()).unwrap()).unwrap();
     rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
     let status = child.wait().unwrap();
     assert!(status.success(), "daemon exit after SIGTERM: {status}");
+    let mut all = logs.rest();
     if let Some(mut stdout) = child.stdout.take() {
-        stdout.read_to_string(logs).unwrap();
+        stdout.read_to_string(&mut all).unwrap();
     }
+    all
+}
+
+#[test]
+fn run_without_any_config_starts_in_single_host_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    assert!(
+        !Path::new("/etc/fleetd/fleetd.toml").exists(),
+        "/etc/fleetd/fleetd.toml exists on this machine; the default-mode test needs it absent"
+    );
+    let mut child = fleetd(&["run"], dir.path())
+        .env_remove("CREDENTIALS_DIRECTORY")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut logs = Logs::capture(&mut child);
+    logs.wait_for(&mut child, "fleetd ready");
+    let logs = stop(&mut child, logs);
+    assert!(logs.contains("single-host mode"), "{logs}");
+    assert!(logs.contains("embedded defaults"), "{logs}");
 }

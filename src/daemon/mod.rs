@@ -12,7 +12,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tracing::{info, warn};
 
 use crate::config::Config;
-use crate::secret::{BROKER_URI, BrokerUri, Resolved};
+use crate::secret::{BROKER_URI, BrokerUri, Resolved, hardening_state};
 
 /// Errors that stop the daemon.
 #[derive(Debug, thiserror::Error)]
@@ -40,6 +40,12 @@ pub async fn run(config: Config, secrets: Vec<Resolved>) -> Result<(), RunError>
         }
         None => info!("no broker configured: single-host mode"),
     }
+    let (dumpable, core_limit) = hardening_state();
+    info!(
+        process.dumpable = dumpable,
+        process.core_limit = core_limit.map_or("unlimited".to_owned(), |l| l.to_string()),
+        "process hardening"
+    );
     for secret in &secrets {
         info!(secret.name = %secret.name, secret.source = %secret.source, "secret loaded");
     }

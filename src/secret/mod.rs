@@ -23,7 +23,7 @@ pub use env::EraseError;
 pub use keyring::{
     KeyringError, SERVICE as KEYRING_SERVICE, delete as keyring_delete, store as keyring_store,
 };
-pub use process::{HardenError, harden_process};
+pub use process::{HardenError, harden_process, hardening_state};
 pub use uri::{BrokerUri, UriError};
 
 /// The environment variable systemd sets to the unit's credential directory.

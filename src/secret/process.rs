@@ -43,3 +43,20 @@ pub fn harden_process() -> Result<(), HardenError> {
     )
     .map_err(|e| HardenError::CoreLimit(e.into()))
 }
+
+/// What the kernel reports after [`harden_process`]: `(dumpable, core_limit)`.
+#[cfg(target_os = "linux")]
+pub fn hardening_state() -> (bool, Option<u64>) {
+    use rustix::process::{DumpableBehavior, Resource, dumpable_behavior, getrlimit};
+
+    let dumpable = !matches!(dumpable_behavior(), Ok(DumpableBehavior::NotDumpable));
+    (dumpable, getrlimit(Resource::Core).current)
+}
+
+/// What the kernel reports after [`harden_process`]: `(dumpable, core_limit)`.
+#[cfg(not(target_os = "linux"))]
+pub fn hardening_state() -> (bool, Option<u64>) {
+    use rustix::process::{Resource, getrlimit};
+
+    (true, getrlimit(Resource::Core).current)
+}
