@@ -145,14 +145,9 @@ fn canaries_from_all_three_sources_never_leak() {
     );
 
     // A running daemon: its environment block no longer shows the variable, its logs show no canary.
-    let mut child = fleetd(&["--config", config, "run"], dir.path())
-        .env("FLEETD_TEST_URI", broker_uri(&canaries))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut logs = Logs::capture(&mut child);
-    logs.wait_for(&mut child, "fleetd ready");
+    let mut command = fleetd(&["--config", config, "run"], dir.path());
+    command.env("FLEETD_TEST_URI", broker_uri(&canaries));
+    let (mut child, logs) = start_daemon(command);
     let limits = std::fs::read_to_string(format!("/proc/{}/limits", child.id())).unwrap();
     let core = limits
         .lines()
@@ -330,6 +325,18 @@ impl Logs {
     }
 }
 
+/// Starts `fleetd run` and waits until it logs that it is ready.
+fn start_daemon(mut command: Command) -> (Child, Logs) {
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut logs = Logs::capture(&mut child);
+    logs.wait_for(&mut child, "fleetd ready");
+    (child, logs)
+}
+
 /// SIGTERM, then everything the daemon wrote to stdout and stderr.
 fn stop(child: &mut Child, logs: Logs) -> String {
     let pid = rustix::process::Pid::from_raw(i32::try_from(child.id()).unwrap()).unwrap();
@@ -350,14 +357,9 @@ fn run_without_any_config_starts_in_single_host_mode() {
         !Path::new("/etc/fleetd/fleetd.toml").exists(),
         "/etc/fleetd/fleetd.toml exists on this machine; the default-mode test needs it absent"
     );
-    let mut child = fleetd(&["run"], dir.path())
-        .env_remove("CREDENTIALS_DIRECTORY")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut logs = Logs::capture(&mut child);
-    logs.wait_for(&mut child, "fleetd ready");
+    let mut command = fleetd(&["run"], dir.path());
+    command.env_remove("CREDENTIALS_DIRECTORY");
+    let (mut child, logs) = start_daemon(command);
     let logs = stop(&mut child, logs);
     assert!(logs.contains("single-host mode"), "{logs}");
     assert!(logs.contains("embedded defaults"), "{logs}");

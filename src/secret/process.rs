@@ -15,16 +15,9 @@ pub enum HardenError {
 /// is refused) and sets `RLIMIT_CORE` to 0. Call after environment secrets were taken.
 #[cfg(target_os = "linux")]
 pub fn harden_process() -> Result<(), HardenError> {
-    use rustix::process::{DumpableBehavior, Resource, Rlimit, set_dumpable_behavior, setrlimit};
+    use rustix::process::{DumpableBehavior, set_dumpable_behavior};
 
-    setrlimit(
-        Resource::Core,
-        Rlimit {
-            current: Some(0),
-            maximum: Some(0),
-        },
-    )
-    .map_err(|e| HardenError::CoreLimit(e.into()))?;
+    no_core_dumps()?;
     set_dumpable_behavior(DumpableBehavior::NotDumpable)
         .map_err(|e| HardenError::Dumpable(e.into()))
 }
@@ -32,18 +25,18 @@ pub fn harden_process() -> Result<(), HardenError> {
 /// Sets `RLIMIT_CORE` to 0 (there is no dumpable flag outside Linux).
 #[cfg(not(target_os = "linux"))]
 pub fn harden_process() -> Result<(), HardenError> {
-    use rustix::process::{Resource, Rlimit, setrlimit};
-
-    setrlimit(
-        Resource::Core,
-        Rlimit {
-            current: Some(0),
-            maximum: Some(0),
-        },
-    )
-    .map_err(|e| HardenError::CoreLimit(e.into()))
+    no_core_dumps()
 }
 
+fn no_core_dumps() -> Result<(), HardenError> {
+    use rustix::process::{Resource, Rlimit, setrlimit};
+
+    let zero = Rlimit {
+        current: Some(0),
+        maximum: Some(0),
+    };
+    setrlimit(Resource::Core, zero).map_err(|e| HardenError::CoreLimit(e.into()))
+}
 /// What the kernel reports after [`harden_process`]: `(dumpable, core_limit)`.
 #[cfg(target_os = "linux")]
 pub fn hardening_state() -> (bool, Option<u64>) {
