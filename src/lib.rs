@@ -17,6 +17,7 @@
 pub mod cli;
 pub mod config;
 pub mod daemon;
+pub mod policy;
 pub mod pane;
 pub mod scrub;
 pub mod secret;

@@ -13,3 +13,5 @@ pub const USAGE: u8 = 2;
 pub fn code(code: u8) -> ExitCode {
     ExitCode::from(code)
 }
+/// The policy is invalid (`policy check`, `explain`, `test`, `run`).
+pub const POLICY_INVALID: u8 = 3;

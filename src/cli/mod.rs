@@ -1,10 +1,11 @@
 //! argv → [`Command`], and the exit codes. The only module that prints.
 //!
-//! Imports: `daemon`, `config`, `secret`, `scrub`.
+//! Imports: `daemon`, `config`, `policy`, `secret`, `scrub`.
 
 mod config_check;
 pub mod exit;
 mod output;
+mod policy;
 mod run;
 mod scrub;
 mod secret;
@@ -70,6 +71,9 @@ pub enum Command {
     /// Secret commands (values are never printed).
     #[command(subcommand)]
     Secret(SecretCommand),
+    /// Spawn policy: check, explain, test, schema.
+    #[command(subcommand)]
+    Policy(policy::PolicyCommand),
 }
 
 /// `fleetd config …`.
@@ -117,5 +121,6 @@ pub fn main() -> ExitCode {
         Command::Scrub { ref known } => scrub::run(known.as_deref(), &out),
         Command::Config(ConfigCommand::Check) => config_check::run(cli.config.as_deref(), &out),
         Command::Secret(ref command) => secret::run(command, cli.config.as_deref(), &out),
+        Command::Policy(ref command) => policy::run(command, cli.config.as_deref(), &out),
     }
 }

@@ -1,0 +1,232 @@
+//! `fleetd policy check | explain | test | schema`: for security reviewers and CI.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Subcommand, ValueEnum};
+
+use super::{Output, exit};
+use crate::config::Config;
+use crate::policy::{self, Counts, Diagnostic, Effect, MAX_REQUEST, PolicySet, Request, Severity};
+
+/// `fleetd policy …`.
+#[derive(Debug, Subcommand)]
+pub enum PolicyCommand {
+    /// Check a policy directory; report every problem (exit 0 valid, 3 invalid, 2 unreadable).
+    Check {
+        /// The directory (default: the configured policy directory).
+        dir: Option<PathBuf>,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+        /// Treat warnings as errors.
+        #[arg(long)]
+        deny_warnings: bool,
+    },
+    /// Decide one request and show why (exit 0 allow, 1 deny, 2 invalid request, 3 invalid policy).
+    Explain {
+        /// The policy directory (default: the configured one).
+        #[arg(long, value_name = "DIR")]
+        policy: Option<PathBuf>,
+        /// The request as JSON (`-` for stdin).
+        request: PathBuf,
+        /// Counts to check limits against, as JSON: {"running": N, "origin_running": N, "recent": N}.
+        #[arg(long, value_name = "JSON")]
+        usage: Option<String>,
+    },
+    /// Run the policy's test cases in DIR/tests/*.toml (exit 0 all pass, 1 a failure, 3 invalid policy).
+    Test {
+        /// The directory (default: the configured policy directory).
+        dir: Option<PathBuf>,
+    },
+    /// Print the JSON Schema of a policy file.
+    Schema,
+}
+
+/// `policy check` output formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// `file:line:column: error: message`, the source line and a caret.
+    Text,
+    /// One JSON document.
+    Json,
+    /// SARIF 2.1.0, for code scanning.
+    Sarif,
+}
+
+pub(super) fn run(command: &PolicyCommand, config: Option<&Path>, out: &Output) -> ExitCode {
+    match command {
+        PolicyCommand::Check { dir, format, deny_warnings } => {
+            with_dir(dir.as_deref(), config, out, |dir| check(dir, *format, *deny_warnings, out))
+        }
+        PolicyCommand::Explain { policy, request, usage } => {
+            with_dir(policy.as_deref(), config, out, |dir| explain(dir, request, usage.as_deref(), out))
+        }
+        PolicyCommand::Test { dir } => with_dir(dir.as_deref(), config, out, |dir| test(dir, out)),
+        PolicyCommand::Schema => {
+            out.line(&pretty(&policy::json_schema()));
+            exit::code(exit::OK)
+        }
+    }
+}
+
+/// Runs `f` on the given directory, or the configured one.
+fn with_dir(dir: Option<&Path>, config: Option<&Path>, out: &Output, f: impl FnOnce(&Path) -> ExitCode) -> ExitCode {
+    if let Some(dir) = dir {
+        return f(dir);
+    }
+    match Config::load(config) {
+        Ok(config) => f(&config.paths.policy),
+        Err(error) => {
+            out.error(&error);
+            exit::code(exit::USAGE)
+        }
+    }
+}
+
+fn check(dir: &Path, format: Format, deny_warnings: bool, out: &Output) -> ExitCode {
+    let (result, diagnostics) = policy::load_dir(dir);
+    if let Err(policy::LoadError::Read { .. }) = &result {
+        if let Err(error) = &result {
+            out.error(error);
+        }
+        return exit::code(exit::USAGE);
+    }
+    let warnings = diagnostics.iter().filter(|d| d.severity == Severity::Warning).count();
+    let failed = result.is_err() || (deny_warnings && warnings > 0);
+    match format {
+        Format::Json => out.line(&pretty(&policy::to_json(&diagnostics))),
+        Format::Sarif => out.line(&pretty(&policy::to_sarif(&diagnostics))),
+        Format::Text => {
+            for diagnostic in &diagnostics {
+                out.line(&diagnostic.render());
+            }
+            out.line(&summary(dir, result.as_ref().ok(), &diagnostics));
+        }
+    }
+    exit::code(if failed { exit::POLICY_INVALID } else { exit::OK })
+}
+
+fn summary(dir: &Path, set: Option<&PolicySet>, diagnostics: &[Diagnostic]) -> String {
+    let errors = diagnostics.iter().filter(|d| d.severity == Severity::Error).count();
+    let warnings = diagnostics.len() - errors;
+    match set {
+        Some(set) => format!(
+            "{}: policy ok: {} profile(s), {} grant(s), {} deny rule(s); {warnings} warning(s)",
+            dir.display(),
+            set.profiles.len(),
+            set.grants.len(),
+            set.denies.len()
+        ),
+        None => format!("{}: policy invalid: {errors} error(s), {warnings} warning(s)", dir.display()),
+    }
+}
+
+/// Loads the policy for explain/test: invalid → diagnostics on stderr and exit 3.
+fn load_valid(dir: &Path, out: &Output) -> Result<PolicySet, ExitCode> {
+    match policy::load_dir(dir) {
+        (Ok(set), _) => Ok(set),
+        (Err(error @ policy::LoadError::Read { .. }), _) => {
+            out.error(&error);
+            Err(exit::code(exit::USAGE))
+        }
+        (Err(error), diagnostics) => {
+            for diagnostic in diagnostics.iter().filter(|d| d.severity == Severity::Error) {
+                out.note(&diagnostic.render());
+            }
+            out.error(&error);
+            Err(exit::code(exit::POLICY_INVALID))
+        }
+    }
+}
+
+fn explain(dir: &Path, request_path: &Path, usage: Option<&str>, out: &Output) -> ExitCode {
+    let policy = match load_valid(dir, out) {
+        Ok(policy) => policy,
+        Err(code) => return code,
+    };
+    let bytes = match read_request(request_path) {
+        Ok(bytes) => bytes,
+        Err(message) => {
+            out.note(&format!("error: {message}"));
+            return exit::code(exit::USAGE);
+        }
+    };
+    let request = match Request::from_json(&bytes) {
+        Ok(request) => request,
+        Err(error) => {
+            out.note(&format!("error: invalid request: {error}"));
+            return exit::code(exit::USAGE);
+        }
+    };
+    let counts: Counts = match usage.map(serde_json::from_str).transpose() {
+        Ok(counts) => counts.unwrap_or_default(),
+        Err(_) => {
+            out.note("error: `--usage` must be {\"running\": N, \"origin_running\": N, \"recent\": N}");
+            return exit::code(exit::USAGE);
+        }
+    };
+    let mut decision = policy::evaluate(&policy, &request, &counts);
+    let mut spec = None;
+    if decision.effect == Effect::Allow {
+        // An allow that cannot become a pane spec on this host is a deny, as in the daemon.
+        match policy::pane_spec(&policy, &request, &decision) {
+            Ok(built) => spec = Some(built.to_json()),
+            Err(error) => {
+                decision.effect = Effect::Deny;
+                decision.reasons.push(error.to_string());
+            }
+        }
+    }
+    let mut json = serde_json::json!({
+        "effect": decision.effect,
+        "rules": decision.rules,
+        "reasons": decision.reasons,
+    });
+    if let (Some(spec), Some(object)) = (spec, json.as_object_mut()) {
+        object.insert("pane".to_owned(), spec);
+    }
+    out.line(&pretty(&json));
+    exit::code(if decision.effect == Effect::Allow { exit::OK } else { exit::FAILED })
+}
+
+/// Reads at most [`MAX_REQUEST`] bytes; more is refused, never truncated.
+fn read_request(path: &Path) -> Result<Vec<u8>, String> {
+    let limit = u64::try_from(MAX_REQUEST).unwrap_or(u64::MAX) + 1;
+    let mut bytes = Vec::new();
+    let read = if path == Path::new("-") {
+        std::io::stdin().lock().take(limit).read_to_end(&mut bytes)
+    } else {
+        std::fs::File::open(path).and_then(|f| f.take(limit).read_to_end(&mut bytes))
+    };
+    read.map_err(|e| format!("cannot read `{}`: {e}", path.display()))?;
+    if bytes.len() > MAX_REQUEST {
+        return Err(format!("invalid request: `request`: larger than {MAX_REQUEST} bytes"));
+    }
+    Ok(bytes)
+}
+
+fn test(dir: &Path, out: &Output) -> ExitCode {
+    let policy = match load_valid(dir, out) {
+        Ok(policy) => policy,
+        Err(code) => return code,
+    };
+    match policy::testcase::run(&policy, dir) {
+        Ok(report) => {
+            for failure in &report.failures {
+                out.line(&format!("FAIL {failure}"));
+            }
+            out.line(&format!("{} passed, {} failed", report.passed, report.failures.len()));
+            exit::code(if report.failures.is_empty() { exit::OK } else { exit::FAILED })
+        }
+        Err(error) => {
+            out.error(&error);
+            exit::code(exit::USAGE)
+        }
+    }
+}
+
+fn pretty(value: &serde_json::Value) -> String {
+    serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
+}

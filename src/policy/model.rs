@@ -1,0 +1,169 @@
+//! The checked policy: what the daemon and `evaluate` see. Built only by the loader.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use regex::Regex;
+
+/// A rule's id, as written in the policy (or a built-in one such as `default-deny`).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(transparent)]
+pub struct RuleId(pub(super) String);
+
+impl RuleId {
+    /// The id as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for RuleId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Where an item was defined: file and line, for reviewers and test failures.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Location {
+    /// The policy file.
+    pub file: PathBuf,
+    /// 1-based line.
+    pub line: usize,
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.file.display(), self.line)
+    }
+}
+
+/// A reference to a secret held on this host; the value is resolved at launch, never stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SecretRef {
+    /// `credential:NAME` — `$CREDENTIALS_DIRECTORY/NAME`.
+    Credential(String),
+    /// `keyring:NAME` — the OS keyring entry `fleetd/NAME`.
+    Keyring(String),
+    /// `env:NAME` — the daemon's own environment variable NAME, read at start.
+    Env(String),
+}
+
+impl fmt::Display for SecretRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SecretRef::Credential(name) => write!(f, "credential:{name}"),
+            SecretRef::Keyring(name) => write!(f, "keyring:{name}"),
+            SecretRef::Env(name) => write!(f, "env:{name}"),
+        }
+    }
+}
+
+/// How a launched agent is known to be ready.
+#[derive(Clone, Debug)]
+pub struct Readiness {
+    /// A pattern on pane output (tmux); herdr reports readiness itself.
+    pub pattern: Option<Regex>,
+    /// How long to wait.
+    pub timeout: Duration,
+    /// Accept startup dialogs instead of reporting them.
+    pub accept_dialogs: bool,
+}
+
+/// What may be launched.
+#[derive(Clone, Debug)]
+pub struct Profile {
+    /// The profile's name.
+    pub name: String,
+    /// The command, argv[0] absolute.
+    pub argv: Vec<String>,
+    /// Working-directory roots; the first is the base of a request's relative cwd.
+    pub roots: Vec<PathBuf>,
+    /// Fixed environment.
+    pub env: BTreeMap<String, String>,
+    /// Environment names to secret references.
+    pub secrets: BTreeMap<String, SecretRef>,
+    /// Most instances running at once.
+    pub max_instances: u32,
+    /// The readiness gate.
+    pub ready: Readiness,
+    /// Where it was defined.
+    pub location: Location,
+}
+
+/// A variable a grant lets requests set.
+#[derive(Clone, Debug)]
+pub struct EnvRule {
+    /// The value pattern, compiled anchored (`^(?:…)$`).
+    pub pattern: Regex,
+    /// The pattern as written.
+    pub source: String,
+    /// Longest value in bytes.
+    pub max_len: usize,
+}
+
+/// Requests allowed per window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rate {
+    /// Requests per window.
+    pub count: u32,
+    /// The window.
+    pub per: Duration,
+}
+
+/// Who may ask for which profiles, with which environment.
+#[derive(Clone, Debug)]
+pub struct Grant {
+    /// Its id.
+    pub id: RuleId,
+    /// Origin fleets admitted.
+    pub fleets: BTreeSet<String>,
+    /// Origin hosts admitted (`None`: any host of those fleets).
+    pub hosts: Option<BTreeSet<String>>,
+    /// Profiles they may request.
+    pub profiles: BTreeSet<String>,
+    /// Variables they may set.
+    pub env: BTreeMap<String, EnvRule>,
+    /// Dangerous names deliberately allowed.
+    pub allow_dangerous: BTreeSet<String>,
+    /// Whether the request may choose its cwd.
+    pub cwd: bool,
+    /// Most instances per origin fleet through this grant.
+    pub max_concurrent: Option<u32>,
+    /// Request rate per origin fleet through this grant.
+    pub rate: Option<Rate>,
+    /// Where it was defined.
+    pub location: Location,
+}
+
+/// An explicit refusal; beats any grant.
+#[derive(Clone, Debug)]
+pub struct Deny {
+    /// Its id.
+    pub id: RuleId,
+    /// The refusal reason.
+    pub description: Option<String>,
+    /// Fleets it applies to (`None`: all).
+    pub fleets: Option<BTreeSet<String>>,
+    /// Hosts it applies to (`None`: all).
+    pub hosts: Option<BTreeSet<String>>,
+    /// Profiles it applies to (`None`: all).
+    pub profiles: Option<BTreeSet<String>>,
+    /// Applies when the request sets any of these (`None`: always).
+    pub env: Option<BTreeSet<String>>,
+    /// Where it was defined.
+    pub location: Location,
+}
+
+/// A whole checked policy directory.
+#[derive(Clone, Debug, Default)]
+pub struct PolicySet {
+    /// Profiles by name.
+    pub profiles: BTreeMap<String, Profile>,
+    /// Grants in file order.
+    pub grants: Vec<Grant>,
+    /// Deny rules in file order.
+    pub denies: Vec<Deny>,
+}
