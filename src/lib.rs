@@ -17,7 +17,7 @@
 pub mod cli;
 pub mod config;
 pub mod daemon;
-pub mod policy;
 pub mod pane;
+pub mod policy;
 pub mod scrub;
 pub mod secret;

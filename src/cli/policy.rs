@@ -57,12 +57,20 @@ pub enum Format {
 
 pub(super) fn run(command: &PolicyCommand, config: Option<&Path>, out: &Output) -> ExitCode {
     match command {
-        PolicyCommand::Check { dir, format, deny_warnings } => {
-            with_dir(dir.as_deref(), config, out, |dir| check(dir, *format, *deny_warnings, out))
-        }
-        PolicyCommand::Explain { policy, request, usage } => {
-            with_dir(policy.as_deref(), config, out, |dir| explain(dir, request, usage.as_deref(), out))
-        }
+        PolicyCommand::Check {
+            dir,
+            format,
+            deny_warnings,
+        } => with_dir(dir.as_deref(), config, out, |dir| {
+            check(dir, *format, *deny_warnings, out)
+        }),
+        PolicyCommand::Explain {
+            policy,
+            request,
+            usage,
+        } => with_dir(policy.as_deref(), config, out, |dir| {
+            explain(dir, request, usage.as_deref(), out)
+        }),
         PolicyCommand::Test { dir } => with_dir(dir.as_deref(), config, out, |dir| test(dir, out)),
         PolicyCommand::Schema => {
             out.line(&pretty(&policy::json_schema()));
@@ -72,7 +80,12 @@ pub(super) fn run(command: &PolicyCommand, config: Option<&Path>, out: &Output) 
 }
 
 /// Runs `f` on the given directory, or the configured one.
-fn with_dir(dir: Option<&Path>, config: Option<&Path>, out: &Output, f: impl FnOnce(&Path) -> ExitCode) -> ExitCode {
+fn with_dir(
+    dir: Option<&Path>,
+    config: Option<&Path>,
+    out: &Output,
+    f: impl FnOnce(&Path) -> ExitCode,
+) -> ExitCode {
     if let Some(dir) = dir {
         return f(dir);
     }
@@ -93,7 +106,10 @@ fn check(dir: &Path, format: Format, deny_warnings: bool, out: &Output) -> ExitC
         }
         return exit::code(exit::USAGE);
     }
-    let warnings = diagnostics.iter().filter(|d| d.severity == Severity::Warning).count();
+    let warnings = diagnostics
+        .iter()
+        .filter(|d| d.severity == Severity::Warning)
+        .count();
     let failed = result.is_err() || (deny_warnings && warnings > 0);
     match format {
         Format::Json => out.line(&pretty(&policy::to_json(&diagnostics))),
@@ -105,11 +121,18 @@ fn check(dir: &Path, format: Format, deny_warnings: bool, out: &Output) -> ExitC
             out.line(&summary(dir, result.as_ref().ok(), &diagnostics));
         }
     }
-    exit::code(if failed { exit::POLICY_INVALID } else { exit::OK })
+    exit::code(if failed {
+        exit::POLICY_INVALID
+    } else {
+        exit::OK
+    })
 }
 
 fn summary(dir: &Path, set: Option<&PolicySet>, diagnostics: &[Diagnostic]) -> String {
-    let errors = diagnostics.iter().filter(|d| d.severity == Severity::Error).count();
+    let errors = diagnostics
+        .iter()
+        .filter(|d| d.severity == Severity::Error)
+        .count();
     let warnings = diagnostics.len() - errors;
     match set {
         Some(set) => format!(
@@ -119,7 +142,10 @@ fn summary(dir: &Path, set: Option<&PolicySet>, diagnostics: &[Diagnostic]) -> S
             set.grants.len(),
             set.denies.len()
         ),
-        None => format!("{}: policy invalid: {errors} error(s), {warnings} warning(s)", dir.display()),
+        None => format!(
+            "{}: policy invalid: {errors} error(s), {warnings} warning(s)",
+            dir.display()
+        ),
     }
 }
 
@@ -163,7 +189,9 @@ fn explain(dir: &Path, request_path: &Path, usage: Option<&str>, out: &Output) -
     let counts: Counts = match usage.map(serde_json::from_str).transpose() {
         Ok(counts) => counts.unwrap_or_default(),
         Err(_) => {
-            out.note("error: `--usage` must be {\"running\": N, \"origin_running\": N, \"recent\": N}");
+            out.note(
+                "error: `--usage` must be {\"running\": N, \"origin_running\": N, \"recent\": N}",
+            );
             return exit::code(exit::USAGE);
         }
     };
@@ -188,7 +216,11 @@ fn explain(dir: &Path, request_path: &Path, usage: Option<&str>, out: &Output) -
         object.insert("pane".to_owned(), spec);
     }
     out.line(&pretty(&json));
-    exit::code(if decision.effect == Effect::Allow { exit::OK } else { exit::FAILED })
+    exit::code(if decision.effect == Effect::Allow {
+        exit::OK
+    } else {
+        exit::FAILED
+    })
 }
 
 /// Reads at most [`MAX_REQUEST`] bytes; more is refused, never truncated.
@@ -202,7 +234,9 @@ fn read_request(path: &Path) -> Result<Vec<u8>, String> {
     };
     read.map_err(|e| format!("cannot read `{}`: {e}", path.display()))?;
     if bytes.len() > MAX_REQUEST {
-        return Err(format!("invalid request: `request`: larger than {MAX_REQUEST} bytes"));
+        return Err(format!(
+            "invalid request: `request`: larger than {MAX_REQUEST} bytes"
+        ));
     }
     Ok(bytes)
 }
@@ -217,8 +251,16 @@ fn test(dir: &Path, out: &Output) -> ExitCode {
             for failure in &report.failures {
                 out.line(&format!("FAIL {failure}"));
             }
-            out.line(&format!("{} passed, {} failed", report.passed, report.failures.len()));
-            exit::code(if report.failures.is_empty() { exit::OK } else { exit::FAILED })
+            out.line(&format!(
+                "{} passed, {} failed",
+                report.passed,
+                report.failures.len()
+            ));
+            exit::code(if report.failures.is_empty() {
+                exit::OK
+            } else {
+                exit::FAILED
+            })
         }
         Err(error) => {
             out.error(&error);

@@ -68,11 +68,19 @@ impl Diagnostic {
             .get(line_start..)
             .and_then(|rest| rest.find('\n'))
             .map_or(text.len(), |n| line_start + n);
-        let source_line = text.get(line_start..line_end).unwrap_or_default().trim_end_matches('\r').to_owned();
+        let source_line = text
+            .get(line_start..line_end)
+            .unwrap_or_default()
+            .trim_end_matches('\r')
+            .to_owned();
         let width = if end_line == line {
             end_column.saturating_sub(column).max(1)
         } else {
-            source_line.chars().count().saturating_sub(column - 1).max(1)
+            source_line
+                .chars()
+                .count()
+                .saturating_sub(column - 1)
+                .max(1)
         };
         Diagnostic {
             severity,
@@ -108,7 +116,12 @@ impl Diagnostic {
         let number = self.line.to_string();
         let pad = " ".repeat(number.len());
         let _ = writeln!(out, "{number} | {}", self.source_line);
-        let _ = writeln!(out, "{pad} | {}{}", " ".repeat(self.column - 1), "^".repeat(self.width));
+        let _ = writeln!(
+            out,
+            "{pad} | {}{}",
+            " ".repeat(self.column - 1),
+            "^".repeat(self.width)
+        );
         if let Some(help) = &self.help {
             let _ = writeln!(out, "{pad} = help: {help}");
         }
@@ -142,7 +155,10 @@ fn position(text: &str, offset: usize) -> (usize, usize, usize) {
 
 /// Diagnostics as one JSON document: `{"valid": bool, "errors": n, "warnings": n, "diagnostics": […]}`.
 pub fn to_json(diagnostics: &[Diagnostic]) -> Value {
-    let errors = diagnostics.iter().filter(|d| d.severity == Severity::Error).count();
+    let errors = diagnostics
+        .iter()
+        .filter(|d| d.severity == Severity::Error)
+        .count();
     json!({
         "valid": errors == 0,
         "errors": errors,
@@ -204,7 +220,9 @@ pub fn to_sarif(diagnostics: &[Diagnostic]) -> Value {
 
 /// A relative path as a URI reference (forward slashes, spaces escaped).
 fn uri(path: &Path) -> String {
-    path.to_string_lossy().replace('\\', "/").replace(' ', "%20")
+    path.to_string_lossy()
+        .replace('\\', "/")
+        .replace(' ', "%20")
 }
 
 fn rule_text(code: &str) -> &'static str {

@@ -70,7 +70,11 @@ impl Usage for Counts {
 
 /// Decides `request` against `policy` given `usage`.
 pub fn evaluate(policy: &PolicySet, request: &Request, usage: &dyn Usage) -> Decision {
-    let denies: Vec<&Deny> = policy.denies.iter().filter(|d| deny_matches(d, request)).collect();
+    let denies: Vec<&Deny> = policy
+        .denies
+        .iter()
+        .filter(|d| deny_matches(d, request))
+        .collect();
     if !denies.is_empty() {
         return Decision {
             effect: Effect::Deny,
@@ -87,7 +91,11 @@ pub fn evaluate(policy: &PolicySet, request: &Request, usage: &dyn Usage) -> Dec
     let Some(profile) = policy.profiles.get(&request.profile) else {
         return default_deny(format!("this host has no profile `{}`", request.profile));
     };
-    let candidates: Vec<&Grant> = policy.grants.iter().filter(|g| grant_admits(g, request)).collect();
+    let candidates: Vec<&Grant> = policy
+        .grants
+        .iter()
+        .filter(|g| grant_admits(g, request))
+        .collect();
     if candidates.is_empty() {
         return default_deny(format!(
             "no grant admits origin `{}` for profile `{}`",
@@ -126,37 +134,58 @@ fn default_deny(reason: String) -> Decision {
 }
 
 fn deny_matches(deny: &Deny, request: &Request) -> bool {
-    let within = |set: &Option<std::collections::BTreeSet<String>>, item: &str| set.as_ref().is_none_or(|s| s.contains(item));
+    let within = |set: &Option<std::collections::BTreeSet<String>>, item: &str| {
+        set.as_ref().is_none_or(|s| s.contains(item))
+    };
     within(&deny.fleets, &request.origin.fleet)
         && within(&deny.hosts, &request.origin.host)
         && within(&deny.profiles, &request.profile)
-        && deny.env.as_ref().is_none_or(|names| request.env.keys().any(|k| names.contains(k)))
+        && deny
+            .env
+            .as_ref()
+            .is_none_or(|names| request.env.keys().any(|k| names.contains(k)))
 }
 
 fn grant_admits(grant: &Grant, request: &Request) -> bool {
     grant.fleets.contains(&request.origin.fleet)
-        && grant.hosts.as_ref().is_none_or(|h| h.contains(&request.origin.host))
+        && grant
+            .hosts
+            .as_ref()
+            .is_none_or(|h| h.contains(&request.origin.host))
         && grant.profiles.contains(&request.profile)
 }
 
-fn check_grant(grant: &Grant, profile: &Profile, request: &Request, usage: &dyn Usage) -> Result<(), String> {
+fn check_grant(
+    grant: &Grant,
+    profile: &Profile,
+    request: &Request,
+    usage: &dyn Usage,
+) -> Result<(), String> {
     for (name, value) in &request.env {
         if profile.env.contains_key(name) || profile.secrets.contains_key(name) {
             return Err(format!("`{name}` is fixed by profile `{}`", profile.name));
         }
         if let Some(pattern) = names::dangerous(name) {
             if !grant.allow_dangerous.contains(name) {
-                return Err(format!("`{name}` is a dangerous variable (matches `{pattern}`) and the grant does not opt in"));
+                return Err(format!(
+                    "`{name}` is a dangerous variable (matches `{pattern}`) and the grant does not opt in"
+                ));
             }
         }
         let Some(rule) = grant.env.get(name) else {
             return Err(format!("`{name}` may not be set"));
         };
         if value.len() > rule.max_len {
-            return Err(format!("the value of `{name}` is longer than {} bytes", rule.max_len));
+            return Err(format!(
+                "the value of `{name}` is longer than {} bytes",
+                rule.max_len
+            ));
         }
         if !rule.pattern.is_match(value) {
-            return Err(format!("the value of `{name}` does not match `{}`", rule.source));
+            return Err(format!(
+                "the value of `{name}` does not match `{}`",
+                rule.source
+            ));
         }
     }
     if request.cwd.is_some() && !grant.cwd {
@@ -164,18 +193,28 @@ fn check_grant(grant: &Grant, profile: &Profile, request: &Request, usage: &dyn 
     }
     let running = usage.running(&profile.name);
     if running >= profile.max_instances {
-        return Err(format!("profile `{}` already runs {running} of {} instances", profile.name, profile.max_instances));
+        return Err(format!(
+            "profile `{}` already runs {running} of {} instances",
+            profile.name, profile.max_instances
+        ));
     }
     if let Some(max) = grant.max_concurrent {
         let mine = usage.running_through(&grant.id, &request.origin.fleet);
         if mine >= max {
-            return Err(format!("fleet `{}` already runs {mine} of {max} instances through it", request.origin.fleet));
+            return Err(format!(
+                "fleet `{}` already runs {mine} of {max} instances through it",
+                request.origin.fleet
+            ));
         }
     }
     if let Some(rate) = grant.rate {
         let recent = usage.recent_through(&grant.id, &request.origin.fleet, rate.per);
         if recent >= rate.count {
-            return Err(format!("rate limit: {} requests per {} s", rate.count, rate.per.as_secs()));
+            return Err(format!(
+                "rate limit: {} requests per {} s",
+                rate.count,
+                rate.per.as_secs()
+            ));
         }
     }
     Ok(())
@@ -183,7 +222,8 @@ fn check_grant(grant: &Grant, profile: &Profile, request: &Request, usage: &dyn 
 
 /// Whether `deny` refuses every request `grant` could allow (the grant can never match).
 pub(super) fn deny_covers(deny: &Deny, grant: &Grant) -> bool {
-    let covers = |set: &Option<std::collections::BTreeSet<String>>, items: &std::collections::BTreeSet<String>| {
+    let covers = |set: &Option<std::collections::BTreeSet<String>>,
+                  items: &std::collections::BTreeSet<String>| {
         set.as_ref().is_none_or(|s| items.is_subset(s))
     };
     deny.env.is_none()

@@ -26,7 +26,9 @@ use std::path::{Path, PathBuf};
 
 pub use diag::{Diagnostic, Severity, to_json, to_sarif};
 pub use eval::{Counts, DEFAULT_DENY, Decision, Effect, Usage, evaluate};
-pub use model::{Deny, EnvRule, Grant, Location, PolicySet, Profile, Rate, Readiness, RuleId, SecretRef};
+pub use model::{
+    Deny, EnvRule, Grant, Location, PolicySet, Profile, Rate, Readiness, RuleId, SecretRef,
+};
 pub use names::{DANGEROUS, dangerous};
 pub use request::{MAX_REQUEST, Origin, Request, RequestError};
 pub use schema::json_schema;
@@ -57,7 +59,15 @@ pub enum LoadError {
 pub fn load_dir(dir: &Path) -> (Result<PolicySet, LoadError>, Vec<Diagnostic>) {
     let files = match policy_files(dir) {
         Ok(files) => files,
-        Err(source) => return (Err(LoadError::Read { path: dir.to_owned(), source }), Vec::new()),
+        Err(source) => {
+            return (
+                Err(LoadError::Read {
+                    path: dir.to_owned(),
+                    source,
+                }),
+                Vec::new(),
+            );
+        }
     };
     let mut sources = Vec::with_capacity(files.len());
     for path in files {
@@ -70,20 +80,32 @@ pub fn load_dir(dir: &Path) -> (Result<PolicySet, LoadError>, Vec<Diagnostic>) {
 }
 
 /// Loads policy from `(path, text)` pairs, as if they were the files of one directory.
-pub fn load_sources(sources: &[(PathBuf, String)]) -> (Result<PolicySet, LoadError>, Vec<Diagnostic>) {
+pub fn load_sources(
+    sources: &[(PathBuf, String)],
+) -> (Result<PolicySet, LoadError>, Vec<Diagnostic>) {
     let mut diagnostics = Vec::new();
     let mut set = PolicySet::default();
-    let mut profile_sites: BTreeMap<String, (PathBuf, String, std::ops::Range<usize>)> = BTreeMap::new();
+    let mut profile_sites: BTreeMap<String, (PathBuf, String, std::ops::Range<usize>)> =
+        BTreeMap::new();
     let mut rule_sites: BTreeMap<String, Location> = BTreeMap::new();
     let mut grant_profiles = Vec::new();
+    let mut defined = std::collections::BTreeSet::new();
     for (path, text) in sources {
         let items = parse::parse_file(path, text, &mut diagnostics);
-        grant_profiles.push((path.clone(), text.clone(), items.profile_refs));
+        grant_profiles.push((path.as_path(), text.as_str(), items.profile_refs));
+        defined.extend(items.profile_names);
         for (profile, span) in items.profiles {
             if let Some((first, _, _)) = profile_sites.get(&profile.name) {
                 diagnostics.push(
-                    Diagnostic::new(Severity::Error, "duplicate-id", path, text, span, format!("profile `{}` is defined twice", profile.name))
-                        .with_help(format!("first defined in {}", first.display())),
+                    Diagnostic::new(
+                        Severity::Error,
+                        "duplicate-id",
+                        path,
+                        text,
+                        span,
+                        format!("profile `{}` is defined twice", profile.name),
+                    )
+                    .with_help(format!("first defined in {}", first.display())),
                 );
                 continue;
             }
@@ -93,8 +115,15 @@ pub fn load_sources(sources: &[(PathBuf, String)]) -> (Result<PolicySet, LoadErr
         for (grant, spans) in items.grants {
             if let Some(first) = rule_sites.get(grant.id.as_str()) {
                 diagnostics.push(
-                    Diagnostic::new(Severity::Error, "duplicate-id", path, text, spans.id.clone(), format!("rule id `{}` is used twice", grant.id))
-                        .with_help(format!("first used at {first}")),
+                    Diagnostic::new(
+                        Severity::Error,
+                        "duplicate-id",
+                        path,
+                        text,
+                        spans.id.clone(),
+                        format!("rule id `{}` is used twice", grant.id),
+                    )
+                    .with_help(format!("first used at {first}")),
                 );
                 continue;
             }
@@ -104,8 +133,15 @@ pub fn load_sources(sources: &[(PathBuf, String)]) -> (Result<PolicySet, LoadErr
         for (deny, span) in items.denies {
             if let Some(first) = rule_sites.get(deny.id.as_str()) {
                 diagnostics.push(
-                    Diagnostic::new(Severity::Error, "duplicate-id", path, text, span, format!("rule id `{}` is used twice", deny.id))
-                        .with_help(format!("first used at {first}")),
+                    Diagnostic::new(
+                        Severity::Error,
+                        "duplicate-id",
+                        path,
+                        text,
+                        span,
+                        format!("rule id `{}` is used twice", deny.id),
+                    )
+                    .with_help(format!("first used at {first}")),
                 );
                 continue;
             }
@@ -113,47 +149,85 @@ pub fn load_sources(sources: &[(PathBuf, String)]) -> (Result<PolicySet, LoadErr
             set.denies.push(deny);
         }
     }
-    cross_checks(&set, &grant_profiles, sources, &mut diagnostics);
+    cross_checks(&set, &defined, &grant_profiles, sources, &mut diagnostics);
     diagnostics.sort_by(|a, b| (&a.path, a.line, a.column).cmp(&(&b.path, b.line, b.column)));
-    let count = diagnostics.iter().filter(|d| d.severity == Severity::Error).count();
+    let count = diagnostics
+        .iter()
+        .filter(|d| d.severity == Severity::Error)
+        .count();
     if count > 0 {
         return (Err(LoadError::Invalid { count }), diagnostics);
     }
     (Ok(set), diagnostics)
 }
 
+/// The profile names one file's grants refer to.
+type ProfileRefs<'a> = (&'a Path, &'a str, Vec<parse::Named>);
+
 /// Checks across files: grants naming unknown profiles, rules that can never match.
 fn cross_checks(
     set: &PolicySet,
-    grant_profiles: &[(PathBuf, String, Vec<(String, std::ops::Range<usize>)>)],
+    defined: &std::collections::BTreeSet<String>,
+    grant_profiles: &[ProfileRefs<'_>],
     sources: &[(PathBuf, String)],
     diagnostics: &mut Vec<Diagnostic>,
 ) {
     for (path, text, profiles) in grant_profiles {
         for (name, span) in profiles {
-            if !set.profiles.contains_key(name) {
-                let mut d = Diagnostic::new(Severity::Error, "unknown-profile", path, text, span.clone(), format!("no policy file defines profile `{name}`"));
-                if let Some(close) = names::did_you_mean(name, set.profiles.keys().map(String::as_str)) {
+            if !defined.contains(name) {
+                let mut d = Diagnostic::new(
+                    Severity::Error,
+                    "unknown-profile",
+                    path,
+                    text,
+                    span.clone(),
+                    format!("no policy file defines profile `{name}`"),
+                );
+                if let Some(close) = names::did_you_mean(name, defined.iter().map(String::as_str)) {
                     d = d.with_help(format!("did you mean `{close}`?"));
                 }
                 diagnostics.push(d);
             }
         }
     }
-    let text_of = |file: &Path| sources.iter().find(|(p, _)| p == file).map(|(_, t)| t.as_str()).unwrap_or_default();
+    let text_of = |file: &Path| {
+        sources
+            .iter()
+            .find(|(p, _)| p == file)
+            .map(|(_, t)| t.as_str())
+            .unwrap_or_default()
+    };
     for grant in &set.grants {
-        if grant.hosts.as_ref().is_some_and(|h| h.is_empty()) || grant.fleets.is_empty() || grant.profiles.is_empty() {
-            diagnostics.push(never(grant.id.as_str(), &grant.location, text_of(&grant.location.file), "it admits no fleet, host or profile".to_owned()));
+        if grant.hosts.as_ref().is_some_and(|h| h.is_empty())
+            || grant.fleets.is_empty()
+            || grant.profiles.is_empty()
+        {
+            diagnostics.push(never(
+                grant.id.as_str(),
+                &grant.location,
+                text_of(&grant.location.file),
+                "it admits no fleet, host or profile".to_owned(),
+            ));
             continue;
         }
         if let Some(deny) = set.denies.iter().find(|d| eval::deny_covers(d, grant)) {
-            diagnostics.push(never(grant.id.as_str(), &grant.location, text_of(&grant.location.file), format!("deny `{}` refuses every request it could allow", deny.id)));
+            diagnostics.push(never(
+                grant.id.as_str(),
+                &grant.location,
+                text_of(&grant.location.file),
+                format!("deny `{}` refuses every request it could allow", deny.id),
+            ));
         }
     }
     for deny in &set.denies {
         if let Some(profiles) = &deny.profiles {
             if !profiles.is_empty() && profiles.iter().all(|p| !set.profiles.contains_key(p)) {
-                diagnostics.push(never(deny.id.as_str(), &deny.location, text_of(&deny.location.file), "none of its profiles is defined".to_owned()));
+                diagnostics.push(never(
+                    deny.id.as_str(),
+                    &deny.location,
+                    text_of(&deny.location.file),
+                    "none of its profiles is defined".to_owned(),
+                ));
             }
         }
     }
@@ -161,15 +235,27 @@ fn cross_checks(
 
 fn never(id: &str, location: &Location, text: &str, why: String) -> Diagnostic {
     let start = line_offset(text, location.line);
-    let end = text.get(start..).and_then(|r| r.find('\n')).map_or(text.len(), |n| start + n);
-    Diagnostic::new(Severity::Warning, "never-matches", &location.file, text, start..end, format!("rule `{id}` can never match: {why}"))
+    let end = text
+        .get(start..)
+        .and_then(|r| r.find('\n'))
+        .map_or(text.len(), |n| start + n);
+    Diagnostic::new(
+        Severity::Warning,
+        "never-matches",
+        &location.file,
+        text,
+        start..end,
+        format!("rule `{id}` can never match: {why}"),
+    )
 }
 
 fn line_offset(text: &str, line: usize) -> usize {
     if line <= 1 {
         return 0;
     }
-    text.match_indices('\n').nth(line - 2).map_or(text.len(), |(i, _)| i + 1)
+    text.match_indices('\n')
+        .nth(line - 2)
+        .map_or(text.len(), |(i, _)| i + 1)
 }
 
 /// The `*.toml` files directly in `dir`, sorted.
@@ -189,8 +275,12 @@ fn policy_files(dir: &Path) -> io::Result<Vec<PathBuf>> {
 fn read_limited(path: &Path) -> io::Result<String> {
     let len = std::fs::metadata(path)?.len();
     if len > parse::MAX_FILE {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("larger than {} bytes", parse::MAX_FILE)));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("larger than {} bytes", parse::MAX_FILE),
+        ));
     }
     let bytes = std::fs::read(path)?;
-    String::from_utf8(bytes).map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "not valid UTF-8"))
+    String::from_utf8(bytes)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "not valid UTF-8"))
 }

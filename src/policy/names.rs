@@ -42,7 +42,10 @@ pub const DANGEROUS: &[&str] = &[
 
 /// The dangerous pattern `name` falls under, if any.
 pub fn dangerous(name: &str) -> Option<&'static str> {
-    DANGEROUS.iter().copied().find(|pattern| glob(pattern, name))
+    DANGEROUS
+        .iter()
+        .copied()
+        .find(|pattern| glob(pattern, name))
 }
 
 fn glob(pattern: &str, name: &str) -> bool {
@@ -58,7 +61,9 @@ fn glob(pattern: &str, name: &str) -> bool {
 pub(super) fn valid_env_name(name: &str) -> bool {
     let mut bytes = name.bytes();
     name.len() <= 128
-        && bytes.next().is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+        && bytes
+            .next()
+            .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
         && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
@@ -66,7 +71,9 @@ pub(super) fn valid_env_name(name: &str) -> bool {
 pub(super) fn valid_id(id: &str) -> bool {
     let mut bytes = id.bytes();
     id.len() <= 64
-        && bytes.next().is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        && bytes
+            .next()
+            .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
         && bytes.all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
 }
 
@@ -84,7 +91,10 @@ pub(super) fn valid_host(host: &str) -> bool {
 }
 
 /// The closest of `candidates` to `word`, when it is a likely typo (edit distance ≤ 2).
-pub(super) fn did_you_mean<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+pub(super) fn did_you_mean<'a>(
+    word: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<&'a str> {
     candidates
         .into_iter()
         .map(|c| (distance(word, c), c))
@@ -105,7 +115,9 @@ fn distance(a: &str, b: &str) -> usize {
         for (j, cb) in b.iter().enumerate() {
             let above = row.get(j + 1).copied().unwrap_or(usize::MAX);
             let left = row.get(j).copied().unwrap_or(usize::MAX);
-            let value = (previous + usize::from(ca != *cb)).min(above + 1).min(left + 1);
+            let value = (previous + usize::from(ca != *cb))
+                .min(above + 1)
+                .min(left + 1);
             previous = above;
             if let Some(cell) = row.get_mut(j + 1) {
                 *cell = value;
@@ -122,23 +134,61 @@ mod tests {
     #[test]
     fn dangerous_names_match_their_patterns() {
         for name in [
-            "LD_PRELOAD", "LD_LIBRARY_PATH", "DYLD_INSERT_LIBRARIES", "PATH", "HOME", "SHELL", "BASH_ENV",
-            "ENV", "BASH_FUNC_x", "SHELLOPTS", "PS4", "PROMPT_COMMAND", "IFS", "PYTHONPATH",
-            "PYTHONSTARTUP", "NODE_OPTIONS", "PERL5OPT", "PERL5LIB", "RUBYOPT", "JAVA_TOOL_OPTIONS",
-            "GIT_CONFIG_GLOBAL", "GIT_CONFIG_COUNT", "GIT_CONFIG", "GIT_SSH_COMMAND", "GIT_ASKPASS",
-            "SSH_AUTH_SOCK", "HTTPS_PROXY", "http_proxy", "ALL_PROXY", "NO_PROXY",
+            "LD_PRELOAD",
+            "LD_LIBRARY_PATH",
+            "DYLD_INSERT_LIBRARIES",
+            "PATH",
+            "HOME",
+            "SHELL",
+            "BASH_ENV",
+            "ENV",
+            "BASH_FUNC_x",
+            "SHELLOPTS",
+            "PS4",
+            "PROMPT_COMMAND",
+            "IFS",
+            "PYTHONPATH",
+            "PYTHONSTARTUP",
+            "NODE_OPTIONS",
+            "PERL5OPT",
+            "PERL5LIB",
+            "RUBYOPT",
+            "JAVA_TOOL_OPTIONS",
+            "GIT_CONFIG_GLOBAL",
+            "GIT_CONFIG_COUNT",
+            "GIT_CONFIG",
+            "GIT_SSH_COMMAND",
+            "GIT_ASKPASS",
+            "SSH_AUTH_SOCK",
+            "HTTPS_PROXY",
+            "http_proxy",
+            "ALL_PROXY",
+            "NO_PROXY",
         ] {
             assert!(dangerous(name).is_some(), "{name} is dangerous");
         }
-        for name in ["TASK_ID", "REPO", "PATHS_FILE", "HOMEPAGE", "GIT_AUTHOR_NAME", "PROXY"] {
+        for name in [
+            "TASK_ID",
+            "REPO",
+            "PATHS_FILE",
+            "HOMEPAGE",
+            "GIT_AUTHOR_NAME",
+            "PROXY",
+        ] {
             assert_eq!(dangerous(name), None, "{name} is not dangerous");
         }
     }
 
     #[test]
     fn did_you_mean_finds_typos_only() {
-        assert_eq!(did_you_mean("profles", ["profiles", "fleets"]), Some("profiles"));
-        assert_eq!(did_you_mean("alow_dangerous", ["allow_dangerous"]), Some("allow_dangerous"));
+        assert_eq!(
+            did_you_mean("profles", ["profiles", "fleets"]),
+            Some("profiles")
+        );
+        assert_eq!(
+            did_you_mean("alow_dangerous", ["allow_dangerous"]),
+            Some("allow_dangerous")
+        );
         assert_eq!(did_you_mean("colour", ["profiles", "fleets"]), None);
     }
 }

@@ -19,11 +19,16 @@ use super::names;
 use super::schema::{self, Field, Kind};
 use crate::scrub;
 
+/// A name as written, with its span.
+pub(super) type Named = (String, Range<usize>);
+
 /// What one file defines, with the spans the cross-file checks need.
 #[derive(Default)]
 pub(super) struct FileItems {
     /// Every profile name a grant refers to, valid grant or not, for the unknown-profile check.
-    pub(super) profile_refs: Vec<(String, Range<usize>)>,
+    pub(super) profile_refs: Vec<Named>,
+    /// Every profile the file defines, valid or not (an invalid one is not also "unknown").
+    pub(super) profile_names: Vec<String>,
     pub(super) profiles: Vec<(Profile, Range<usize>)>,
     pub(super) grants: Vec<(Grant, GrantSpans)>,
     pub(super) denies: Vec<(Deny, Range<usize>)>,
@@ -54,6 +59,7 @@ pub(super) fn parse_file(path: &Path, text: &str, diags: &mut Vec<Diagnostic>) -
     if let Some(value) = table.get_ref().get("profile") {
         if let Some(profiles) = ctx.table(value, "profile") {
             for (name, body) in profiles {
+                items.profile_names.push(name.get_ref().to_string());
                 if let Some(profile) = ctx.profile(name, body) {
                     items.profiles.push((profile, name.span()));
                 }
@@ -87,19 +93,35 @@ type Value<'i> = Spanned<DeValue<'i>>;
 
 impl Ctx<'_> {
     fn error(&mut self, code: &'static str, span: Range<usize>, message: String) {
-        self.diags.push(Diagnostic::new(Severity::Error, code, self.path, self.text, span, message));
+        self.diags.push(Diagnostic::new(
+            Severity::Error,
+            code,
+            self.path,
+            self.text,
+            span,
+            message,
+        ));
     }
 
     fn push(&mut self, diagnostic: Diagnostic) {
         self.diags.push(diagnostic);
     }
 
-    fn diag(&self, severity: Severity, code: &'static str, span: Range<usize>, message: String) -> Diagnostic {
+    fn diag(
+        &self,
+        severity: Severity,
+        code: &'static str,
+        span: Range<usize>,
+        message: String,
+    ) -> Diagnostic {
         Diagnostic::new(severity, code, self.path, self.text, span, message)
     }
 
     fn location(&self, span: &Range<usize>) -> Location {
-        let line = self.text.get(..span.start).map_or(1, |b| b.matches('\n').count() + 1);
+        let line = self
+            .text
+            .get(..span.start)
+            .map_or(1, |b| b.matches('\n').count() + 1);
         Location {
             file: self.path.to_owned(),
             line,
@@ -111,12 +133,17 @@ impl Ctx<'_> {
         for (key, value) in table {
             let name = key.get_ref().as_ref();
             let Some(field) = fields.iter().find(|f| f.name == name) else {
-                let expected: Vec<String> = fields.iter().map(|f| format!("`{}`", f.name)).collect();
+                let expected: Vec<String> =
+                    fields.iter().map(|f| format!("`{}`", f.name)).collect();
                 let mut d = self.diag(
                     Severity::Error,
                     "unknown-key",
                     key.span(),
-                    format!("unknown key `{}{name}`, expected one of {}", dotted(at), expected.join(", ")),
+                    format!(
+                        "unknown key `{}{name}`, expected one of {}",
+                        dotted(at),
+                        expected.join(", ")
+                    ),
                 );
                 if let Some(close) = names::did_you_mean(name, fields.iter().map(|f| f.name)) {
                     d = d.with_help(format!("did you mean `{close}`?"));
@@ -147,11 +174,21 @@ impl Ctx<'_> {
     }
 
     /// Required keys of one table; `span` locates the table when a key is missing.
-    fn required(&mut self, table: &DeTable<'_>, fields: &[Field], span: Range<usize>, what: &str) -> bool {
+    fn required(
+        &mut self,
+        table: &DeTable<'_>,
+        fields: &[Field],
+        span: Range<usize>,
+        what: &str,
+    ) -> bool {
         let mut ok = true;
         for field in fields.iter().filter(|f| f.required) {
             if table.get(field.name).is_none() {
-                self.error("missing-key", span.clone(), format!("`{what}` is missing the required key `{}`", field.name));
+                self.error(
+                    "missing-key",
+                    span.clone(),
+                    format!("`{what}` is missing the required key `{}`", field.name),
+                );
                 ok = false;
             }
         }
@@ -169,7 +206,13 @@ impl Ctx<'_> {
     fn literal_value(&mut self, path: &str, key: &str, value: &Value<'_>) {
         match value.get_ref() {
             DeValue::String(s) => {
-                let kind = scrub::looks_secret(s).or_else(|| scrub::looks_secret(&format!("{key}={s}")));
+                // Names under `secrets` always sound secret: there only the value's shape counts.
+                let by_name = !path.contains(".secrets.");
+                let kind = scrub::looks_secret(s).or_else(|| {
+                    by_name
+                        .then(|| scrub::looks_secret(&format!("{key}={s}")))
+                        .flatten()
+                });
                 if let Some(kind) = kind {
                     let d = self
                         .diag(Severity::Error, "literal-secret", value.span(), format!("`{path}` holds a literal credential ({kind})"))
@@ -219,10 +262,19 @@ impl Ctx<'_> {
 
     fn type_error(&mut self, value: &Value<'_>, what: &str, expected: &str) {
         let found = value.get_ref().type_str();
-        self.error("type", value.span(), format!("`{what}` must be {expected}, found {found}"));
+        self.error(
+            "type",
+            value.span(),
+            format!("`{what}` must be {expected}, found {found}"),
+        );
     }
 
-    fn string(&mut self, table: &DeTable<'_>, key: &str, what: &str) -> Option<(String, Range<usize>)> {
+    fn string(
+        &mut self,
+        table: &DeTable<'_>,
+        key: &str,
+        what: &str,
+    ) -> Option<(String, Range<usize>)> {
         let value = table.get(key)?;
         match value.get_ref() {
             DeValue::String(s) => Some((s.to_string(), value.span())),
@@ -233,7 +285,12 @@ impl Ctx<'_> {
         }
     }
 
-    fn strings(&mut self, table: &DeTable<'_>, key: &str, what: &str) -> Option<Vec<(String, Range<usize>)>> {
+    fn strings(
+        &mut self,
+        table: &DeTable<'_>,
+        key: &str,
+        what: &str,
+    ) -> Option<Vec<(String, Range<usize>)>> {
         let value = table.get(key)?;
         let DeValue::Array(items) = value.get_ref() else {
             self.type_error(value, &format!("{what}.{key}"), "an array of strings");
@@ -242,7 +299,7 @@ impl Ctx<'_> {
         Some(self.string_items(items, &format!("{what}.{key}")))
     }
 
-    fn string_items(&mut self, items: &DeArray<'_>, what: &str) -> Vec<(String, Range<usize>)> {
+    fn string_items(&mut self, items: &DeArray<'_>, what: &str) -> Vec<Named> {
         let mut out = Vec::new();
         for item in items.iter() {
             match item.get_ref() {
@@ -253,22 +310,42 @@ impl Ctx<'_> {
         out
     }
 
-    fn integer(&mut self, table: &DeTable<'_>, key: &str, what: &str, fields: &[Field]) -> Option<i64> {
+    fn integer(
+        &mut self,
+        table: &DeTable<'_>,
+        key: &str,
+        what: &str,
+        fields: &[Field],
+    ) -> Option<i64> {
         let value = table.get(key)?;
         let Some(int) = value.get_ref().as_integer() else {
             self.type_error(value, &format!("{what}.{key}"), "an integer");
             return None;
         };
         let digits: String = int.as_str().chars().filter(|c| *c != '_').collect();
-        let parsed = i64::from_str_radix(digits.trim_start_matches("0x").trim_start_matches("0o").trim_start_matches("0b"), int.radix()).ok();
-        let range = fields.iter().find(|f| f.name == key).and_then(|f| match f.kind {
-            Kind::Int { min, max } => Some((min, max)),
-            _ => None,
-        });
+        let parsed = i64::from_str_radix(
+            digits
+                .trim_start_matches("0x")
+                .trim_start_matches("0o")
+                .trim_start_matches("0b"),
+            int.radix(),
+        )
+        .ok();
+        let range = fields
+            .iter()
+            .find(|f| f.name == key)
+            .and_then(|f| match f.kind {
+                Kind::Int { min, max } => Some((min, max)),
+                _ => None,
+            });
         match (parsed, range) {
             (Some(n), Some((min, max))) if n >= min && n <= max => Some(n),
             (_, Some((min, max))) => {
-                self.error("invalid-value", value.span(), format!("`{what}.{key}` must be from {min} to {max}"));
+                self.error(
+                    "invalid-value",
+                    value.span(),
+                    format!("`{what}.{key}` must be from {min} to {max}"),
+                );
                 None
             }
             (n, None) => n,
@@ -284,7 +361,12 @@ impl Ctx<'_> {
         b
     }
 
-    fn string_map(&mut self, table: &DeTable<'_>, key: &str, what: &str) -> Vec<(String, Range<usize>, String, Range<usize>)> {
+    fn string_map(
+        &mut self,
+        table: &DeTable<'_>,
+        key: &str,
+        what: &str,
+    ) -> Vec<(String, Range<usize>, String, Range<usize>)> {
         let Some(value) = table.get(key) else {
             return Vec::new();
         };
@@ -294,7 +376,12 @@ impl Ctx<'_> {
         let mut out = Vec::new();
         for (name, v) in map {
             match v.get_ref() {
-                DeValue::String(s) => out.push((name.get_ref().to_string(), name.span(), s.to_string(), v.span())),
+                DeValue::String(s) => out.push((
+                    name.get_ref().to_string(),
+                    name.span(),
+                    s.to_string(),
+                    v.span(),
+                )),
                 _ => self.type_error(v, &format!("{what}.{key}.{}", name.get_ref()), "a string"),
             }
         }
@@ -309,12 +396,16 @@ impl Ctx<'_> {
         what: &str,
         valid: fn(&str) -> bool,
         form: &str,
-    ) -> Option<(BTreeSet<String>, Vec<(String, Range<usize>)>)> {
+    ) -> Option<(BTreeSet<String>, Vec<Named>)> {
         let items = self.strings(table, key, what)?;
         let mut set = BTreeSet::new();
         for (name, span) in &items {
             if !valid(name) {
-                self.error("invalid-value", span.clone(), format!("`{name}` in `{what}.{key}` is not a valid name ({form})"));
+                self.error(
+                    "invalid-value",
+                    span.clone(),
+                    format!("`{name}` in `{what}.{key}` is not a valid name ({form})"),
+                );
             }
             set.insert(name.clone());
         }
@@ -332,41 +423,81 @@ impl Ctx<'_> {
 
     // --- items ---
 
-    fn profile(&mut self, name: &Spanned<std::borrow::Cow<'_, str>>, body: &Value<'_>) -> Option<Profile> {
+    fn profile(
+        &mut self,
+        name: &Spanned<std::borrow::Cow<'_, str>>,
+        body: &Value<'_>,
+    ) -> Option<Profile> {
         let what = format!("profile.{}", name.get_ref());
         let table = self.table(body, &what)?;
         let mut ok = self.required(table, schema::PROFILE, name.span(), &what);
         if !names::valid_id(name.get_ref()) {
-            self.error("invalid-value", name.span(), format!("`{}` is not a valid profile name (lowercase letters, digits, `-`, `_`)", name.get_ref()));
+            self.error(
+                "invalid-value",
+                name.span(),
+                format!(
+                    "`{}` is not a valid profile name (lowercase letters, digits, `-`, `_`)",
+                    name.get_ref()
+                ),
+            );
             ok = false;
         }
-        let argv: Vec<String> = self.strings(table, "argv", &what).unwrap_or_default().into_iter().map(|(s, _)| s).collect();
-        if let Some(value) = table.get("argv") {
+        let argv: Vec<String> = self
+            .strings(table, "argv", &what)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(s, _)| s)
+            .collect();
+        if let Some(value) = table.get("argv").filter(|v| v.get_ref().is_array()) {
             if argv.is_empty() {
-                self.error("invalid-value", value.span(), format!("`{what}.argv` is empty"));
+                self.error(
+                    "invalid-value",
+                    value.span(),
+                    format!("`{what}.argv` is empty"),
+                );
                 ok = false;
             } else if !argv.first().is_some_and(|a| a.starts_with('/')) {
-                self.error("invalid-value", value.span(), format!("`{what}.argv[0]` must be an absolute path (no PATH lookup)"));
+                self.error(
+                    "invalid-value",
+                    value.span(),
+                    format!("`{what}.argv[0]` must be an absolute path (no PATH lookup)"),
+                );
                 ok = false;
             }
         }
         let mut roots = Vec::new();
         for (root, span) in self.strings(table, "roots", &what).unwrap_or_default() {
             let path = PathBuf::from(&root);
-            if !path.is_absolute() || path.components().any(|c| matches!(c, std::path::Component::ParentDir)) {
-                self.error("invalid-value", span, format!("root `{root}` of `{what}` must be an absolute path without `..`"));
+            if !path.is_absolute()
+                || path
+                    .components()
+                    .any(|c| matches!(c, std::path::Component::ParentDir))
+            {
+                self.error(
+                    "invalid-value",
+                    span,
+                    format!("root `{root}` of `{what}` must be an absolute path without `..`"),
+                );
                 ok = false;
             }
             roots.push(path);
         }
         if table.get("roots").is_some() && roots.is_empty() {
-            self.error("invalid-value", name.span(), format!("`{what}.roots` is empty"));
+            self.error(
+                "invalid-value",
+                name.span(),
+                format!("`{what}.roots` is empty"),
+            );
             ok = false;
         }
         let mut env = BTreeMap::new();
         for (var, span, value, _) in self.string_map(table, "env", &what) {
             if !names::valid_env_name(&var) {
-                self.error("invalid-value", span, format!("`{var}` in `{what}.env` is not a valid variable name"));
+                self.error(
+                    "invalid-value",
+                    span,
+                    format!("`{var}` in `{what}.env` is not a valid variable name"),
+                );
                 ok = false;
             }
             env.insert(var, value);
@@ -374,11 +505,19 @@ impl Ctx<'_> {
         let mut secrets = BTreeMap::new();
         for (var, span, reference, value_span) in self.string_map(table, "secrets", &what) {
             if !names::valid_env_name(&var) {
-                self.error("invalid-value", span.clone(), format!("`{var}` in `{what}.secrets` is not a valid variable name"));
+                self.error(
+                    "invalid-value",
+                    span.clone(),
+                    format!("`{var}` in `{what}.secrets` is not a valid variable name"),
+                );
                 ok = false;
             }
             if env.contains_key(&var) {
-                self.error("invalid-value", span, format!("`{var}` is both a fixed variable and a secret in `{what}`"));
+                self.error(
+                    "invalid-value",
+                    span,
+                    format!("`{var}` is both a fixed variable and a secret in `{what}`"),
+                );
                 ok = false;
             }
             match secret_ref(&reference) {
@@ -387,14 +526,21 @@ impl Ctx<'_> {
                 }
                 None => {
                     let d = self
-                        .diag(Severity::Error, "invalid-value", value_span, format!("`{what}.secrets.{var}` is not a secret reference"))
+                        .diag(
+                            Severity::Error,
+                            "invalid-value",
+                            value_span,
+                            format!("`{what}.secrets.{var}` is not a secret reference"),
+                        )
                         .with_help("write `credential:NAME`, `keyring:NAME` or `env:NAME`");
                     self.push(d);
                     ok = false;
                 }
             }
         }
-        let max_instances = self.integer(table, "max_instances", &what, schema::PROFILE).unwrap_or(1);
+        let max_instances = self
+            .integer(table, "max_instances", &what, schema::PROFILE)
+            .unwrap_or(1);
         let ready = match table.get("ready") {
             Some(value) => self.readiness(value, &what)?,
             None => Readiness {
@@ -422,16 +568,30 @@ impl Ctx<'_> {
             Some((source, span)) => Some(self.regex(&source, span, false, &what)?),
             None => None,
         };
-        let timeout = self.integer(table, "timeout_secs", &what, schema::READY).unwrap_or(60);
+        let timeout = self
+            .integer(table, "timeout_secs", &what, schema::READY)
+            .unwrap_or(60);
         Some(Readiness {
             pattern,
             timeout: Duration::from_secs(u64::try_from(timeout).unwrap_or(60)),
-            accept_dialogs: self.boolean(table, "accept_dialogs", &what).unwrap_or(false),
+            accept_dialogs: self
+                .boolean(table, "accept_dialogs", &what)
+                .unwrap_or(false),
         })
     }
 
-    fn regex(&mut self, source: &str, span: Range<usize>, anchored: bool, what: &str) -> Option<Regex> {
-        let full = if anchored { format!("^(?:{source})$") } else { source.to_owned() };
+    fn regex(
+        &mut self,
+        source: &str,
+        span: Range<usize>,
+        anchored: bool,
+        what: &str,
+    ) -> Option<Regex> {
+        let full = if anchored {
+            format!("^(?:{source})$")
+        } else {
+            source.to_owned()
+        };
         match regex::RegexBuilder::new(&full).size_limit(1 << 20).build() {
             Ok(regex) => Some(regex),
             Err(error) => {
@@ -446,13 +606,21 @@ impl Ctx<'_> {
                     regex::Error::CompiledTooBig(_) => "the compiled pattern is too big".to_owned(),
                     _ => "invalid pattern".to_owned(),
                 };
-                self.error("invalid-regex", span, format!("`{what}` is not a valid regular expression: {reason}"));
+                self.error(
+                    "invalid-regex",
+                    span,
+                    format!("`{what}` is not a valid regular expression: {reason}"),
+                );
                 None
             }
         }
     }
 
-    fn grant(&mut self, body: &Value<'_>, profile_refs: &mut Vec<(String, Range<usize>)>) -> Option<(Grant, GrantSpans)> {
+    fn grant(
+        &mut self,
+        body: &Value<'_>,
+        profile_refs: &mut Vec<Named>,
+    ) -> Option<(Grant, GrantSpans)> {
         let table = self.table(body, "grant")?;
         let (id, id_span) = self.id(table, "grant").or_else(|| {
             self.required(table, schema::GRANT, body.span(), "[[grant]]");
@@ -460,13 +628,31 @@ impl Ctx<'_> {
         })?;
         let what = format!("grant.{id}");
         let mut ok = self.required(table, schema::GRANT, id_span.clone(), &what);
-        let fleets = self.name_set(table, "fleets", &what, names::valid_fleet, "lowercase letters, digits, `-`, `_`");
-        let hosts = self.name_set(table, "hosts", &what, names::valid_host, "letters, digits, `.`, `-`, `_`");
+        let fleets = self.name_set(
+            table,
+            "fleets",
+            &what,
+            names::valid_fleet,
+            "lowercase letters, digits, `-`, `_`",
+        );
+        let hosts = self.name_set(
+            table,
+            "hosts",
+            &what,
+            names::valid_host,
+            "letters, digits, `.`, `-`, `_`",
+        );
         let profiles = self.name_set(table, "profiles", &what, names::valid_id, "a profile name");
         if let Some((_, spans)) = &profiles {
             profile_refs.extend(spans.iter().cloned());
         }
-        let dangerous = self.name_set(table, "allow_dangerous", &what, names::valid_env_name, "a variable name");
+        let dangerous = self.name_set(
+            table,
+            "allow_dangerous",
+            &what,
+            names::valid_env_name,
+            "a variable name",
+        );
         let allow_dangerous = dangerous.map(|(set, spans)| {
             for (name, span) in spans {
                 let d = match names::dangerous(&name) {
@@ -489,7 +675,11 @@ impl Ctx<'_> {
                 for (var, rule) in map {
                     let var_name = var.get_ref().to_string();
                     if !names::valid_env_name(&var_name) {
-                        self.error("invalid-value", var.span(), format!("`{var_name}` in `{what}.env` is not a valid variable name"));
+                        self.error(
+                            "invalid-value",
+                            var.span(),
+                            format!("`{var_name}` in `{what}.env` is not a valid variable name"),
+                        );
                         ok = false;
                         continue;
                     }
@@ -513,10 +703,19 @@ impl Ctx<'_> {
                     }
                     let pattern = self.string(rule_table, "pattern", &rule_what);
                     let max_len = self.integer(rule_table, "max_len", &rule_what, schema::ENV_RULE);
-                    let compiled = pattern.as_ref().and_then(|(source, span)| self.regex(source, span.clone(), true, &format!("{rule_what}.pattern")));
+                    let compiled = pattern.as_ref().and_then(|(source, span)| {
+                        self.regex(source, span.clone(), true, &format!("{rule_what}.pattern"))
+                    });
                     match (compiled, pattern, max_len) {
                         (Some(regex), Some((source, _)), Some(max_len)) => {
-                            env.insert(var_name, EnvRule { pattern: regex, source, max_len: usize::try_from(max_len).unwrap_or(0) });
+                            env.insert(
+                                var_name,
+                                EnvRule {
+                                    pattern: regex,
+                                    source,
+                                    max_len: usize::try_from(max_len).unwrap_or(0),
+                                },
+                            );
                         }
                         _ => ok = false,
                     }
@@ -539,7 +738,9 @@ impl Ctx<'_> {
             }
             None => None,
         };
-        let max_concurrent = self.integer(table, "max_concurrent", &what, schema::GRANT).map(|n| u32::try_from(n).unwrap_or(u32::MAX));
+        let max_concurrent = self
+            .integer(table, "max_concurrent", &what, schema::GRANT)
+            .map(|n| u32::try_from(n).unwrap_or(u32::MAX));
         let cwd = self.boolean(table, "cwd", &what).unwrap_or(false);
         let (Some((fleets, _)), Some((profile_set, _))) = (fleets, profiles) else {
             return None;
@@ -558,7 +759,9 @@ impl Ctx<'_> {
                     rate,
                     location: self.location(&id_span),
                 },
-                GrantSpans { id: id_span.clone() },
+                GrantSpans {
+                    id: id_span.clone(),
+                },
             )
         })
     }
@@ -570,10 +773,28 @@ impl Ctx<'_> {
             None
         })?;
         let what = format!("deny.{id}");
-        let fleets = self.name_set(table, "fleets", &what, names::valid_fleet, "lowercase letters, digits, `-`, `_`");
-        let hosts = self.name_set(table, "hosts", &what, names::valid_host, "letters, digits, `.`, `-`, `_`");
+        let fleets = self.name_set(
+            table,
+            "fleets",
+            &what,
+            names::valid_fleet,
+            "lowercase letters, digits, `-`, `_`",
+        );
+        let hosts = self.name_set(
+            table,
+            "hosts",
+            &what,
+            names::valid_host,
+            "letters, digits, `.`, `-`, `_`",
+        );
         let profiles = self.name_set(table, "profiles", &what, names::valid_id, "a profile name");
-        let env = self.name_set(table, "env", &what, names::valid_env_name, "a variable name");
+        let env = self.name_set(
+            table,
+            "env",
+            &what,
+            names::valid_env_name,
+            "a variable name",
+        );
         let description = self.string(table, "description", &what).map(|(s, _)| s);
         let deny = Deny {
             id,
@@ -584,10 +805,20 @@ impl Ctx<'_> {
             env: env.map(|(s, _)| s),
             location: self.location(&id_span),
         };
-        for (field, set) in [("fleets", &deny.fleets), ("hosts", &deny.hosts), ("profiles", &deny.profiles), ("env", &deny.env)] {
+        for (field, set) in [
+            ("fleets", &deny.fleets),
+            ("hosts", &deny.hosts),
+            ("profiles", &deny.profiles),
+            ("env", &deny.env),
+        ] {
             if set.as_ref().is_some_and(BTreeSet::is_empty) {
                 let span = table.get(field).map_or(id_span.clone(), Spanned::span);
-                self.push(self.diag(Severity::Warning, "never-matches", span, format!("`{what}` can never match: `{field}` is empty")));
+                self.push(self.diag(
+                    Severity::Warning,
+                    "never-matches",
+                    span,
+                    format!("`{what}` can never match: `{field}` is empty"),
+                ));
             }
         }
         Some((deny, id_span))
@@ -600,7 +831,9 @@ fn secret_ref(text: &str) -> Option<SecretRef> {
     let secret_name = |n: &str| {
         !n.is_empty()
             && n.len() <= 64
-            && n.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-'))
+            && n.bytes().all(|b| {
+                b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-')
+            })
             && !n.contains("..")
     };
     match kind {
@@ -612,5 +845,9 @@ fn secret_ref(text: &str) -> Option<SecretRef> {
 }
 
 fn dotted(at: &str) -> String {
-    if at.is_empty() { String::new() } else { format!("{at}.") }
+    if at.is_empty() {
+        String::new()
+    } else {
+        format!("{at}.")
+    }
 }

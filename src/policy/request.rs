@@ -61,20 +61,32 @@ impl Request {
     /// Parses and checks a JSON request (size checked first).
     pub fn from_json(bytes: &[u8]) -> Result<Request, RequestError> {
         if bytes.len() > MAX_REQUEST {
-            return Err(refuse("request", format!("larger than {MAX_REQUEST} bytes")));
+            return Err(refuse(
+                "request",
+                format!("larger than {MAX_REQUEST} bytes"),
+            ));
         }
         let value: Value = serde_json::from_slice(bytes).map_err(|e| {
-            refuse("request", format!("not valid JSON (line {}, column {})", e.line(), e.column()))
+            refuse(
+                "request",
+                format!("not valid JSON (line {}, column {})", e.line(), e.column()),
+            )
         })?;
         Self::from_value(&value)
     }
 
     /// Checks a parsed JSON request.
     pub fn from_value(value: &Value) -> Result<Request, RequestError> {
-        let object = value.as_object().ok_or_else(|| refuse("request", "must be a JSON object"))?;
+        let object = value
+            .as_object()
+            .ok_or_else(|| refuse("request", "must be a JSON object"))?;
         known(object, "", &["origin", "profile", "env", "cwd", "label"])?;
-        let origin = object.get("origin").ok_or_else(|| refuse("origin", "is required"))?;
-        let origin_object = origin.as_object().ok_or_else(|| refuse("origin", "must be an object"))?;
+        let origin = object
+            .get("origin")
+            .ok_or_else(|| refuse("origin", "is required"))?;
+        let origin_object = origin
+            .as_object()
+            .ok_or_else(|| refuse("origin", "must be an object"))?;
         known(origin_object, "origin.", &["fleet", "host"])?;
         let fleet = string(origin_object.get("fleet"), "origin.fleet")?;
         if !names::valid_fleet(&fleet) {
@@ -112,8 +124,13 @@ impl Request {
 
 fn known(object: &Map<String, Value>, prefix: &str, fields: &[&str]) -> Result<(), RequestError> {
     match object.keys().find(|k| !fields.contains(&k.as_str())) {
-        Some(unknown) if unknown.len() <= 64 => Err(refuse(&format!("{prefix}{unknown}"), "unknown field")),
-        Some(_) => Err(refuse(prefix.trim_end_matches('.'), "has an unknown field with an over-long name")),
+        Some(unknown) if unknown.len() <= 64 => {
+            Err(refuse(&format!("{prefix}{unknown}"), "unknown field"))
+        }
+        Some(_) => Err(refuse(
+            prefix.trim_end_matches('.'),
+            "has an unknown field with an over-long name",
+        )),
         None => Ok(()),
     }
 }
@@ -127,14 +144,20 @@ fn string(value: Option<&Value>, field: &str) -> Result<String, RequestError> {
 }
 
 fn env_map(value: &Value) -> Result<BTreeMap<String, String>, RequestError> {
-    let object = value.as_object().ok_or_else(|| refuse("env", "must be an object of strings"))?;
+    let object = value
+        .as_object()
+        .ok_or_else(|| refuse("env", "must be an object of strings"))?;
     if object.len() > MAX_ENV {
         return Err(refuse("env", format!("more than {MAX_ENV} variables")));
     }
     let mut env = BTreeMap::new();
     for (name, value) in object {
         if !names::valid_env_name(name) {
-            let shown = if name.len() <= 64 { format!("env.{name}") } else { "env".to_owned() };
+            let shown = if name.len() <= 64 {
+                format!("env.{name}")
+            } else {
+                "env".to_owned()
+            };
             return Err(refuse(&shown, "is not a valid variable name"));
         }
         let field = format!("env.{name}");
@@ -142,7 +165,10 @@ fn env_map(value: &Value) -> Result<BTreeMap<String, String>, RequestError> {
             return Err(refuse(&field, "must be a string"));
         };
         if text.len() > MAX_VALUE {
-            return Err(refuse(&field, format!("value longer than {MAX_VALUE} bytes")));
+            return Err(refuse(
+                &field,
+                format!("value longer than {MAX_VALUE} bytes"),
+            ));
         }
         if text.chars().any(char::is_control) {
             return Err(refuse(&field, "value contains control characters"));
@@ -170,7 +196,10 @@ fn relative_cwd(value: &Value) -> Result<PathBuf, RequestError> {
             Component::CurDir => {}
             Component::ParentDir => return Err(refuse("cwd", "must not contain `..`")),
             Component::RootDir | Component::Prefix(_) => {
-                return Err(refuse("cwd", "must be relative to the profile's root, not absolute"));
+                return Err(refuse(
+                    "cwd",
+                    "must be relative to the profile's root, not absolute",
+                ));
             }
         }
     }
@@ -181,9 +210,14 @@ fn checked_label(value: &Value) -> Result<String, RequestError> {
     let Value::String(text) = value else {
         return Err(refuse("label", "must be a string"));
     };
-    let safe = text.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, ' ' | '.' | '_' | ':' | '-'));
+    let safe = text
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, ' ' | '.' | '_' | ':' | '-'));
     if text.is_empty() || text.len() > MAX_LABEL || !safe {
-        return Err(refuse("label", format!("must be 1 to {MAX_LABEL} of letters, digits, space, `.`, `_`, `:`, `-`")));
+        return Err(refuse(
+            "label",
+            format!("must be 1 to {MAX_LABEL} of letters, digits, space, `.`, `_`, `:`, `-`"),
+        ));
     }
     Ok(text.clone())
 }

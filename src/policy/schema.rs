@@ -9,7 +9,10 @@ use serde_json::{Map, Value, json};
 pub(super) enum Kind {
     Str,
     StrArray,
-    Int { min: i64, max: i64 },
+    Int {
+        min: i64,
+        max: i64,
+    },
     Bool,
     /// A table of string values under arbitrary names.
     StrMap,
@@ -31,69 +34,236 @@ pub(super) struct Field {
 }
 
 const fn f(name: &'static str, kind: Kind, required: bool, doc: &'static str) -> Field {
-    Field { name, kind, required, doc }
+    Field {
+        name,
+        kind,
+        required,
+        doc,
+    }
 }
 
 pub(super) const READY: &[Field] = &[
-    f("pattern", Kind::Str, false, "regular expression on pane output that means the agent is ready (tmux)"),
-    f("timeout_secs", Kind::Int { min: 1, max: 600 }, false, "how long the readiness gate waits (default 60)"),
-    f("accept_dialogs", Kind::Bool, false, "accept startup dialogs automatically (default false: report them)"),
+    f(
+        "pattern",
+        Kind::Str,
+        false,
+        "regular expression on pane output that means the agent is ready (tmux)",
+    ),
+    f(
+        "timeout_secs",
+        Kind::Int { min: 1, max: 600 },
+        false,
+        "how long the readiness gate waits (default 60)",
+    ),
+    f(
+        "accept_dialogs",
+        Kind::Bool,
+        false,
+        "accept startup dialogs automatically (default false: report them)",
+    ),
 ];
 
 pub(super) const PROFILE: &[Field] = &[
     f("description", Kind::Str, false, "what the profile is for"),
-    f("argv", Kind::StrArray, true, "the command to launch; argv[0] is an absolute path"),
-    f("roots", Kind::StrArray, true, "working-directory roots (absolute); a request's cwd is relative to the first and must resolve inside one"),
-    f("env", Kind::StrMap, false, "fixed environment (names to values; never secrets)"),
-    f("secrets", Kind::StrMap, false, "environment names to secret references: credential:NAME, keyring:NAME or env:NAME"),
-    f("max_instances", Kind::Int { min: 1, max: 1000 }, false, "most instances running at once (default 1)"),
+    f(
+        "argv",
+        Kind::StrArray,
+        true,
+        "the command to launch; argv[0] is an absolute path",
+    ),
+    f(
+        "roots",
+        Kind::StrArray,
+        true,
+        "working-directory roots (absolute); a request's cwd is relative to the first and must resolve inside one",
+    ),
+    f(
+        "env",
+        Kind::StrMap,
+        false,
+        "fixed environment (names to values; never secrets)",
+    ),
+    f(
+        "secrets",
+        Kind::StrMap,
+        false,
+        "environment names to secret references: credential:NAME, keyring:NAME or env:NAME",
+    ),
+    f(
+        "max_instances",
+        Kind::Int { min: 1, max: 1000 },
+        false,
+        "most instances running at once (default 1)",
+    ),
     f("ready", Kind::Table(READY), false, "the readiness gate"),
 ];
 
 pub(super) const ENV_RULE: &[Field] = &[
-    f("pattern", Kind::Str, true, "regular expression the whole value must match (anchored for you)"),
-    f("max_len", Kind::Int { min: 1, max: 4096 }, true, "longest value in bytes"),
+    f(
+        "pattern",
+        Kind::Str,
+        true,
+        "regular expression the whole value must match (anchored for you)",
+    ),
+    f(
+        "max_len",
+        Kind::Int { min: 1, max: 4096 },
+        true,
+        "longest value in bytes",
+    ),
 ];
 
 pub(super) const RATE: &[Field] = &[
-    f("count", Kind::Int { min: 1, max: 100_000 }, true, "requests allowed per window"),
-    f("per_secs", Kind::Int { min: 1, max: 86_400 }, true, "the window in seconds"),
+    f(
+        "count",
+        Kind::Int {
+            min: 1,
+            max: 100_000,
+        },
+        true,
+        "requests allowed per window",
+    ),
+    f(
+        "per_secs",
+        Kind::Int {
+            min: 1,
+            max: 86_400,
+        },
+        true,
+        "the window in seconds",
+    ),
 ];
 
 pub(super) const GRANT: &[Field] = &[
-    f("id", Kind::Str, true, "unique rule id: lowercase letters, digits, `-`"),
+    f(
+        "id",
+        Kind::Str,
+        true,
+        "unique rule id: lowercase letters, digits, `-`",
+    ),
     f("description", Kind::Str, false, "why the grant exists"),
-    f("fleets", Kind::StrArray, true, "origin fleets (broker vhosts) this grant admits"),
-    f("hosts", Kind::StrArray, false, "origin hosts within those fleets (absent: any)"),
-    f("profiles", Kind::StrArray, true, "profiles they may request"),
-    f("env", Kind::MapOf(ENV_RULE), false, "request environment variables they may set, each with a value pattern and length"),
-    f("allow_dangerous", Kind::StrArray, false, "dangerous variable names (LD_*, PATH, …) this grant deliberately allows; each is warned about"),
-    f("cwd", Kind::Bool, false, "may a request choose its working directory under the profile's root (default false)"),
-    f("max_concurrent", Kind::Int { min: 1, max: 1000 }, false, "most instances one origin fleet may run through this grant"),
-    f("rate", Kind::Table(RATE), false, "most requests one origin fleet may make through this grant per window"),
+    f(
+        "fleets",
+        Kind::StrArray,
+        true,
+        "origin fleets (broker vhosts) this grant admits",
+    ),
+    f(
+        "hosts",
+        Kind::StrArray,
+        false,
+        "origin hosts within those fleets (absent: any)",
+    ),
+    f(
+        "profiles",
+        Kind::StrArray,
+        true,
+        "profiles they may request",
+    ),
+    f(
+        "env",
+        Kind::MapOf(ENV_RULE),
+        false,
+        "request environment variables they may set, each with a value pattern and length",
+    ),
+    f(
+        "allow_dangerous",
+        Kind::StrArray,
+        false,
+        "dangerous variable names (LD_*, PATH, …) this grant deliberately allows; each is warned about",
+    ),
+    f(
+        "cwd",
+        Kind::Bool,
+        false,
+        "may a request choose its working directory under the profile's root (default false)",
+    ),
+    f(
+        "max_concurrent",
+        Kind::Int { min: 1, max: 1000 },
+        false,
+        "most instances one origin fleet may run through this grant",
+    ),
+    f(
+        "rate",
+        Kind::Table(RATE),
+        false,
+        "most requests one origin fleet may make through this grant per window",
+    ),
 ];
 
 pub(super) const DENY: &[Field] = &[
-    f("id", Kind::Str, true, "unique rule id: lowercase letters, digits, `-`"),
-    f("description", Kind::Str, false, "why; shown as the refusal reason"),
-    f("fleets", Kind::StrArray, false, "origin fleets it applies to (absent: all)"),
-    f("hosts", Kind::StrArray, false, "origin hosts it applies to (absent: all)"),
-    f("profiles", Kind::StrArray, false, "profiles it applies to (absent: all)"),
-    f("env", Kind::StrArray, false, "applies when the request sets any of these variables (absent: always)"),
+    f(
+        "id",
+        Kind::Str,
+        true,
+        "unique rule id: lowercase letters, digits, `-`",
+    ),
+    f(
+        "description",
+        Kind::Str,
+        false,
+        "why; shown as the refusal reason",
+    ),
+    f(
+        "fleets",
+        Kind::StrArray,
+        false,
+        "origin fleets it applies to (absent: all)",
+    ),
+    f(
+        "hosts",
+        Kind::StrArray,
+        false,
+        "origin hosts it applies to (absent: all)",
+    ),
+    f(
+        "profiles",
+        Kind::StrArray,
+        false,
+        "profiles it applies to (absent: all)",
+    ),
+    f(
+        "env",
+        Kind::StrArray,
+        false,
+        "applies when the request sets any of these variables (absent: always)",
+    ),
 ];
 
 pub(super) const FILE: &[Field] = &[
-    f("profile", Kind::MapOf(PROFILE), false, "what may be launched, by name"),
-    f("grant", Kind::ArrayOf(GRANT), false, "who may ask for which profiles, with which environment"),
-    f("deny", Kind::ArrayOf(DENY), false, "explicit refusals; a matching deny beats any grant"),
+    f(
+        "profile",
+        Kind::MapOf(PROFILE),
+        false,
+        "what may be launched, by name",
+    ),
+    f(
+        "grant",
+        Kind::ArrayOf(GRANT),
+        false,
+        "who may ask for which profiles, with which environment",
+    ),
+    f(
+        "deny",
+        Kind::ArrayOf(DENY),
+        false,
+        "explicit refusals; a matching deny beats any grant",
+    ),
 ];
 
 /// The JSON Schema (draft 2020-12) of one policy file.
 pub fn json_schema() -> Value {
     let mut schema = object(FILE);
     if let Value::Object(map) = &mut schema {
-        map.insert("$schema".into(), json!("https://json-schema.org/draft/2020-12/schema"));
-        map.insert("$id".into(), json!("https://fleetd.invalid/schema/policy.json"));
+        map.insert(
+            "$schema".into(),
+            json!("https://json-schema.org/draft/2020-12/schema"),
+        );
+        map.insert(
+            "$id".into(),
+            json!("https://fleetd.invalid/schema/policy.json"),
+        );
         map.insert("title".into(), json!("fleetd policy file"));
     }
     schema
@@ -108,7 +278,11 @@ fn object(fields: &[Field]) -> Value {
         }
         properties.insert(field.name.into(), value);
     }
-    let required: Vec<&str> = fields.iter().filter(|f| f.required).map(|f| f.name).collect();
+    let required: Vec<&str> = fields
+        .iter()
+        .filter(|f| f.required)
+        .map(|f| f.name)
+        .collect();
     json!({
         "type": "object",
         "properties": properties,

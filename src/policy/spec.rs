@@ -58,7 +58,11 @@ pub enum SpecError {
 }
 
 /// Builds the spec for an allowed request, resolving its cwd on this host's filesystem.
-pub fn pane_spec(policy: &PolicySet, request: &Request, decision: &Decision) -> Result<PaneSpec, SpecError> {
+pub fn pane_spec(
+    policy: &PolicySet,
+    request: &Request,
+    decision: &Decision,
+) -> Result<PaneSpec, SpecError> {
     if decision.effect != Effect::Allow {
         return Err(SpecError::NotAllowed);
     }
@@ -66,7 +70,10 @@ pub fn pane_spec(policy: &PolicySet, request: &Request, decision: &Decision) -> 
         .profiles
         .get(&request.profile)
         .ok_or_else(|| SpecError::UnknownProfile(request.profile.clone()))?;
-    let base = profile.roots.first().ok_or_else(|| SpecError::Missing(PathBuf::new()))?;
+    let base = profile
+        .roots
+        .first()
+        .ok_or_else(|| SpecError::Missing(PathBuf::new()))?;
     let wanted = match &request.cwd {
         Some(relative) => base.join(relative),
         None => base.clone(),
@@ -94,5 +101,9 @@ fn resolve_inside(path: &Path, roots: &[PathBuf]) -> Result<PathBuf, SpecError> 
         .iter()
         .filter_map(|root| std::fs::canonicalize(root).ok())
         .any(|root| resolved.starts_with(&root));
-    if inside { Ok(resolved) } else { Err(SpecError::Escape(path.to_owned())) }
+    if inside {
+        Ok(resolved)
+    } else {
+        Err(SpecError::Escape(path.to_owned()))
+    }
 }

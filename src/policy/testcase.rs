@@ -78,7 +78,11 @@ pub fn run(policy: &PolicySet, dir: &Path) -> std::io::Result<Report> {
             Ok(parsed) => parsed,
             Err(error) => {
                 let line = error.span().map_or(1, |s| line_of(&text, s.start));
-                report.failures.push(format!("{}:{line}: invalid test file: {}", file.display(), error.message()));
+                report.failures.push(format!(
+                    "{}:{line}: invalid test file: {}",
+                    file.display(),
+                    error.message()
+                ));
                 continue;
             }
         };
@@ -86,7 +90,11 @@ pub fn run(policy: &PolicySet, dir: &Path) -> std::io::Result<Report> {
             let line = line_of(&text, case.span().start);
             match check(policy, case.get_ref()) {
                 Ok(()) => report.passed += 1,
-                Err(why) => report.failures.push(format!("{}:{line}: case `{}`: {why}", file.display(), case.get_ref().name)),
+                Err(why) => report.failures.push(format!(
+                    "{}:{line}: case `{}`: {why}",
+                    file.display(),
+                    case.get_ref().name
+                )),
             }
         }
     }
@@ -94,12 +102,15 @@ pub fn run(policy: &PolicySet, dir: &Path) -> std::io::Result<Report> {
 }
 
 fn check(policy: &PolicySet, case: &RawCase) -> Result<(), String> {
-    let json = serde_json::to_value(&case.request).map_err(|e| format!("request cannot be read: {e}"))?;
+    let json =
+        serde_json::to_value(&case.request).map_err(|e| format!("request cannot be read: {e}"))?;
     let request = match Request::from_value(&json) {
         Ok(request) => request,
         Err(error) if case.expect == Expect::Invalid => {
             return match &case.rule {
-                Some(field) if *field != error.field => Err(format!("expected field `{field}` refused, got {error}")),
+                Some(field) if *field != error.field => {
+                    Err(format!("expected field `{field}` refused, got {error}"))
+                }
                 _ => Ok(()),
             };
         }
@@ -115,7 +126,12 @@ fn check(policy: &PolicySet, case: &RawCase) -> Result<(), String> {
             "expected {:?}, got {:?} (rules: {}; {})",
             case.expect,
             effect,
-            decision.rules.iter().map(|r| r.as_str()).collect::<Vec<_>>().join(", "),
+            decision
+                .rules
+                .iter()
+                .map(|r| r.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
             decision.reasons.join("; ")
         )
         .to_lowercase());
@@ -124,7 +140,12 @@ fn check(policy: &PolicySet, case: &RawCase) -> Result<(), String> {
         if !decision.rules.iter().any(|r| r.as_str() == rule) {
             return Err(format!(
                 "expected rule `{rule}`, decided by: {}",
-                decision.rules.iter().map(|r| r.as_str()).collect::<Vec<_>>().join(", ")
+                decision
+                    .rules
+                    .iter()
+                    .map(|r| r.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ));
         }
     }
@@ -132,5 +153,6 @@ fn check(policy: &PolicySet, case: &RawCase) -> Result<(), String> {
 }
 
 fn line_of(text: &str, offset: usize) -> usize {
-    text.get(..offset).map_or(1, |b| b.matches('\n').count() + 1)
+    text.get(..offset)
+        .map_or(1, |b| b.matches('\n').count() + 1)
 }
