@@ -364,3 +364,61 @@ fn run_without_any_config_starts_in_single_host_mode() {
     assert!(logs.contains("single-host mode"), "{logs}");
     assert!(logs.contains("embedded defaults"), "{logs}");
 }
+
+#[test]
+fn an_invalid_policy_stops_start_up_and_a_bad_reload_keeps_the_last_good_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy");
+    std::fs::create_dir(&policy).unwrap();
+    let good = "[profile.w]\nargv = [\"/bin/true\"]\nroots = [\"/tmp\"]\n";
+    std::fs::write(
+        policy.join("p.toml"),
+        "[profile.w]\nargv = [\"/bin/true\"]\nroots = [\"/tmp\"]\nalow = 1\n",
+    )
+    .unwrap();
+    let config = dir.path().join("fleetd.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[paths]\npolicy = \"{}\"\n[log]\nformat = \"json\"\n",
+            policy.display()
+        ),
+    )
+    .unwrap();
+    let config = config.to_str().unwrap();
+
+    let refused = fleetd(&["--config", config, "run"], dir.path())
+        .output()
+        .unwrap();
+    let out = text(&refused);
+    assert_eq!(refused.status.code(), Some(3), "{out}");
+    assert!(
+        out.contains("p.toml:4:1: error: unknown key `profile.w.alow`"),
+        "{out}"
+    );
+
+    std::fs::write(policy.join("p.toml"), good).unwrap();
+    let (mut child, mut logs) = start_daemon(fleetd(&["--config", config, "run"], dir.path()));
+    assert!(logs.seen.contains("policy loaded"), "{}", logs.seen);
+    let secret = "Zx9pQ2rT7vLmReload";
+    std::fs::write(
+        policy.join("p.toml"),
+        format!("{good}env = {{ DB_PASSWORD = \"{secret}\" }}\n"),
+    )
+    .unwrap();
+    let pid = rustix::process::Pid::from_raw(i32::try_from(child.id()).unwrap()).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::HUP).unwrap();
+    logs.wait_for(&mut child, "keeping the last good policy");
+    std::fs::write(policy.join("p.toml"), good).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::HUP).unwrap();
+    logs.wait_for(&mut child, "policy reloaded");
+    let all = stop(&mut child, logs);
+    assert!(
+        all.contains("\"policy.line\":4"),
+        "the failure names file and line: {all}"
+    );
+    assert!(
+        !all.contains(secret),
+        "a refused value never reaches the log: {all}"
+    );
+}

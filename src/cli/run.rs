@@ -6,6 +6,8 @@ use std::process::ExitCode;
 use super::{Output, exit};
 use crate::config::{Config, LogFormat};
 use crate::daemon;
+use crate::daemon::policy::{PolicyHandle, StartError};
+use crate::policy::Severity;
 use crate::scrub::Scrubber;
 use crate::secret;
 
@@ -18,6 +20,20 @@ pub(super) fn run(
     let config = match Config::load(config_path.as_deref()) {
         Ok(config) => config, // files only: no sockets, no threads
         Err(error) => return super::config_check::report(&error, out),
+    };
+    let policy = match PolicyHandle::load(&config.paths.policy) {
+        Ok(policy) => policy, // an invalid policy: refuse to start
+        Err(error) => {
+            if let StartError::Invalid { diagnostics, .. } = &error {
+                for diagnostic in diagnostics.iter().filter(|d| d.severity == Severity::Error) {
+                    out.note(&diagnostic.render());
+                }
+                out.error(&error);
+                return exit::code(exit::POLICY_INVALID);
+            }
+            out.error(&error);
+            return exit::code(exit::FAILED);
+        }
     };
     // Environment secrets are erased from the process environment while no thread exists.
     let secrets = match secret::resolve_all(&config.secrets) {
@@ -53,7 +69,7 @@ pub(super) fn run(
             return exit::code(exit::FAILED);
         }
     };
-    match runtime.block_on(daemon::run(config, secrets)) {
+    match runtime.block_on(daemon::run(config, secrets, policy)) {
         Ok(()) => exit::code(exit::OK),
         Err(error) => {
             tracing::error!(%error, "fleetd failed");

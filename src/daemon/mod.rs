@@ -1,16 +1,18 @@
 //! The daemon: what `fleetd run` does once config is loaded, secrets resolved and logging set up.
 //!
 //! Today the host runs in single-host mode: it validates its broker secret (when configured),
-//! reports what it runs and waits for SIGTERM/SIGINT. The broker fabric, panes and the local API
+//! loads its spawn policy (reloaded on SIGHUP), reports what it runs and waits for SIGTERM/SIGINT. The broker fabric, panes and the local API
 //! join this wiring in their own issues.
 //!
 //! Imports: everything below `cli`.
 
 pub mod log;
+pub mod policy;
 
 use tokio::signal::unix::{SignalKind, signal};
 use tracing::{info, warn};
 
+use self::policy::PolicyHandle;
 use crate::config::Config;
 use crate::secret::{BROKER_URI, BrokerUri, Resolved, hardening_state};
 
@@ -26,7 +28,11 @@ pub enum RunError {
 }
 
 /// Runs until SIGTERM or SIGINT.
-pub async fn run(config: Config, secrets: Vec<Resolved>) -> Result<(), RunError> {
+pub async fn run(
+    config: Config,
+    secrets: Vec<Resolved>,
+    policy: PolicyHandle,
+) -> Result<(), RunError> {
     let broker = secrets.iter().find(|s| s.name.as_str() == BROKER_URI);
     match broker {
         Some(secret) => {
@@ -49,7 +55,9 @@ pub async fn run(config: Config, secrets: Vec<Resolved>) -> Result<(), RunError>
     for secret in &secrets {
         info!(secret.name = %secret.name, secret.source = %secret.source, "secret loaded");
     }
+    policy.log_loaded();
     let mut terminate = signal(SignalKind::terminate()).map_err(RunError::Signals)?;
+    let mut hangup = signal(SignalKind::hangup()).map_err(RunError::Signals)?;
     let mut interrupt = signal(SignalKind::interrupt()).map_err(RunError::Signals)?;
     info!(
         host = %config.host,
@@ -57,9 +65,23 @@ pub async fn run(config: Config, secrets: Vec<Resolved>) -> Result<(), RunError>
         config = %config.file.as_ref().map_or("embedded defaults".to_owned(), |p| p.display().to_string()),
         "fleetd ready"
     );
-    tokio::select! {
-        _ = terminate.recv() => info!("received SIGTERM"),
-        _ = interrupt.recv() => info!("received SIGINT"),
+    loop {
+        tokio::select! {
+            _ = terminate.recv() => {
+                info!("received SIGTERM");
+                break;
+            }
+            _ = interrupt.recv() => {
+                info!("received SIGINT");
+                break;
+            }
+            _ = hangup.recv() => {
+                info!("received SIGHUP: reloading the policy");
+                let handle = policy.clone();
+                // Reading and compiling policy files is blocking work.
+                let _ = tokio::task::spawn_blocking(move || handle.reload()).await;
+            }
+        }
     }
     info!("fleetd stopped");
     Ok(())
