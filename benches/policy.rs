@@ -7,6 +7,7 @@
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
+    clippy::panic,
     reason = "a benchmark fails loudly"
 )]
 
