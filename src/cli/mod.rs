@@ -1,7 +1,8 @@
 //! argv → [`Command`], and the exit codes. The only module that prints.
 //!
-//! Imports: `daemon`, `config`, `policy`, `secret`, `scrub`.
+//! Imports: `broker`, `daemon`, `config`, `policy`, `secret`, `scrub`.
 
+mod broker;
 mod config_check;
 pub mod exit;
 mod output;
@@ -74,6 +75,9 @@ pub enum Command {
     /// Spawn policy: check, explain, test, schema.
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
+    /// Broker: least-privilege grants and the contract suite.
+    #[command(subcommand)]
+    Broker(broker::BrokerCommand),
 }
 
 /// `fleetd config …`.
@@ -122,5 +126,6 @@ pub fn main() -> ExitCode {
         Command::Config(ConfigCommand::Check) => config_check::run(cli.config.as_deref(), &out),
         Command::Secret(ref command) => secret::run(command, cli.config.as_deref(), &out),
         Command::Policy(ref command) => policy::run(command, cli.config.as_deref(), &out),
+        Command::Broker(ref command) => broker::run(command, cli.config.as_deref(), &out),
     }
 }

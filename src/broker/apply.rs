@@ -1,0 +1,240 @@
+//! `fleetd broker grants --apply`: carries out the grants with `rabbitmqctl` (argv only, the
+//! password on stdin) and declares ingress exchanges over AMQP as the admin, who holds configure
+//! on them only for that moment.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use lapin::ExchangeKind;
+use lapin::options::ExchangeDeclareOptions;
+use lapin::types::FieldTable;
+use secrecy::{ExposeSecret, SecretString};
+use tokio::io::AsyncWriteExt;
+use tokio::process::Command;
+
+use super::grants::{Permissions, admitted_permissions, own_permissions, vhost};
+use super::topology::ingress_exchange;
+use super::{ConnectError, connect};
+use crate::secret::BrokerUri;
+
+const RABBITMQCTL: &str = "rabbitmqctl";
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Why applying the grants failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    /// `rabbitmqctl` could not be run.
+    #[error("cannot run `rabbitmqctl {command}`")]
+    Spawn {
+        /// The subcommand.
+        command: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// `rabbitmqctl` failed or timed out.
+    #[error("`rabbitmqctl {command}` failed: {detail}")]
+    Failed {
+        /// The subcommand.
+        command: String,
+        /// Its stderr (no password ever reaches it).
+        detail: String,
+    },
+    /// The admin could not connect to declare ingress exchanges.
+    #[error("cannot declare ingress exchanges as the admin")]
+    Admin(#[source] ConnectError),
+    /// Declaring an exchange failed.
+    #[error("declaring `{exchange}` failed: {detail}")]
+    Declare {
+        /// The exchange.
+        exchange: String,
+        /// Why.
+        detail: String,
+    },
+}
+
+/// Applies the grants for `fleet`; returns one line per step for the operator.
+pub async fn apply(
+    fleet: &str,
+    admits: &[String],
+    password: &SecretString,
+    admin: &BrokerUri,
+) -> Result<Vec<String>, ApplyError> {
+    let mut report = Vec::new();
+    let vhost = vhost(fleet);
+    if !listed(&["list_vhosts", "name"]).await?.contains(&vhost) {
+        ctl(&["add_vhost", &vhost], None).await?;
+        report.push(format!("created vhost {vhost}"));
+    }
+    let users = listed(&["list_users"]).await?;
+    if users.iter().any(|u| u == fleet) {
+        ctl(&["change_password", fleet], Some(password)).await?;
+        report.push(format!("set the password of user {fleet}"));
+    } else {
+        ctl(&["add_user", fleet], Some(password)).await?;
+        report.push(format!("created user {fleet}"));
+    }
+    ctl(&["set_user_tags", fleet], None).await?;
+    set_permissions(&vhost, fleet, &own_permissions()).await?;
+    report.push(format!(
+        "user {fleet}: no tags, own-object permissions on {vhost}"
+    ));
+    if !admits.is_empty() {
+        declare_ingress(&vhost, admits, admin).await?;
+        for origin in admits {
+            report.push(format!("declared {} in {vhost}", ingress_exchange(origin)));
+            if users.iter().any(|u| u == origin) {
+                set_permissions(&vhost, origin, &admitted_permissions(origin)).await?;
+                report.push(format!(
+                    "user {origin}: write on {} only",
+                    ingress_exchange(origin)
+                ));
+            } else {
+                report.push(format!("user {origin} does not exist yet: run the grants for fleet {origin}, then these again"));
+            }
+        }
+    }
+    Ok(report)
+}
+
+/// Declares `x.in.O` for each origin as the admin, who gets configure on exactly those
+/// exchanges for the duration and loses it afterwards.
+async fn declare_ingress(
+    vhost: &str,
+    admits: &[String],
+    admin: &BrokerUri,
+) -> Result<(), ApplyError> {
+    let names: Vec<String> = admits.iter().map(|o| ingress_exchange(o)).collect();
+    let pattern = format!(
+        "^({})$",
+        names
+            .iter()
+            .map(|n| n.replace('.', r"\."))
+            .collect::<Vec<_>>()
+            .join("|")
+    );
+    let temporary = Permissions {
+        configure: pattern,
+        write: "^$".to_owned(),
+        read: "^$".to_owned(),
+    };
+    set_permissions(vhost, &admin.user, &temporary).await?;
+    let result = async {
+        let connection = connect(admin, Some(vhost))
+            .await
+            .map_err(ApplyError::Admin)?;
+        let channel = connection
+            .create_channel()
+            .await
+            .map_err(|e| declare_error("channel", &e))?;
+        for name in &names {
+            let options = ExchangeDeclareOptions {
+                durable: true,
+                ..ExchangeDeclareOptions::default()
+            };
+            channel
+                .exchange_declare(
+                    name.as_str().into(),
+                    ExchangeKind::Topic,
+                    options,
+                    FieldTable::default(),
+                )
+                .await
+                .map_err(|e| declare_error(name, &e))?;
+        }
+        let _ = connection.close(200, "grants applied".into()).await;
+        Ok(())
+    }
+    .await;
+    ctl(&["clear_permissions", "-p", vhost, &admin.user], None).await?;
+    result
+}
+
+fn declare_error(exchange: &str, error: &lapin::Error) -> ApplyError {
+    ApplyError::Declare {
+        exchange: exchange.to_owned(),
+        detail: error.to_string(),
+    }
+}
+
+async fn set_permissions(vhost: &str, user: &str, p: &Permissions) -> Result<(), ApplyError> {
+    ctl(
+        &[
+            "set_permissions",
+            "-p",
+            vhost,
+            user,
+            &p.configure,
+            &p.write,
+            &p.read,
+        ],
+        None,
+    )
+    .await
+    .map(|_| ())
+}
+
+/// The first column of a `rabbitmqctl -q list_*` table, header dropped.
+async fn listed(args: &[&str]) -> Result<Vec<String>, ApplyError> {
+    let mut full = vec!["-q"];
+    full.extend_from_slice(args);
+    let out = ctl(&full, None).await?;
+    Ok(out
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split('\t').next())
+        .map(str::to_owned)
+        .collect())
+}
+
+/// Runs `rabbitmqctl ARGS`, feeding `stdin` (a password) if given; returns stdout.
+async fn ctl(args: &[&str], stdin: Option<&SecretString>) -> Result<String, ApplyError> {
+    let command = args
+        .iter()
+        .find(|a| !a.starts_with('-'))
+        .copied()
+        .unwrap_or_default()
+        .to_owned();
+    let mut child = Command::new(RABBITMQCTL)
+        .args(args)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|source| ApplyError::Spawn {
+            command: command.clone(),
+            source,
+        })?;
+    if let (Some(secret), Some(mut pipe)) = (stdin, child.stdin.take()) {
+        #[expect(
+            clippy::disallowed_methods,
+            reason = "rabbitmqctl reads the new password from stdin"
+        )]
+        let bytes = zeroize::Zeroizing::new(format!("{}\n", secret.expose_secret()).into_bytes());
+        pipe.write_all(&bytes)
+            .await
+            .map_err(|source| ApplyError::Spawn {
+                command: command.clone(),
+                source,
+            })?;
+    }
+    let output = tokio::time::timeout(TIMEOUT, child.wait_with_output())
+        .await
+        .map_err(|_| ApplyError::Failed {
+            command: command.clone(),
+            detail: format!("no answer within {} s", TIMEOUT.as_secs()),
+        })?
+        .map_err(|source| ApplyError::Spawn {
+            command: command.clone(),
+            source,
+        })?;
+    if !output.status.success() {
+        let detail = String::from_utf8_lossy(&output.stderr).trim().to_owned();
+        return Err(ApplyError::Failed { command, detail });
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}

@@ -1,0 +1,449 @@
+//! The AMQP contract suite: eight checks that a fleet credential can do exactly what a gateway
+//! needs in its own vhost. Run with the credential against another fleet's vhost, all eight
+//! must fail — the isolation proof operators run after every change.
+//!
+//! An admitted origin's credential *can* open a connection to the vhost (it must, to publish
+//! into `x.in.ORIGIN`), so the first check also requires the credential to be the vhost's own
+//! fleet user; every later check fails on the broker's own refusal. The forged-`user_id` check
+//! first publishes the same message with the true `user_id`: a credential that cannot publish at
+//! all proves nothing about `user_id` validation and fails the check.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures_lite::StreamExt;
+use lapin::options::{
+    BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions,
+    ConfirmSelectOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
+    QueueDeleteOptions,
+};
+use lapin::types::{FieldTable, ShortString};
+use lapin::{BasicProperties, Channel, Confirmation, Connection, Consumer, ExchangeKind};
+
+use super::connect;
+use super::topology::{self, CTL_EXCHANGE, INBOX_EXCHANGE, QueueType, ROSTER_EXCHANGE};
+use crate::secret::BrokerUri;
+
+/// The checks, in order.
+pub const CHECKS: [&str; 8] = [
+    "connect",
+    "declare own objects",
+    "publish with confirm",
+    "consume and ack",
+    "mandatory return for a missing inbox",
+    "reject-publish nack on a full inbox",
+    "single-active-consumer failover",
+    "forged user_id refused",
+];
+
+const STEP: Duration = Duration::from_secs(10);
+
+/// One check's outcome.
+#[derive(Debug)]
+pub struct CheckResult {
+    /// Which check.
+    pub name: &'static str,
+    /// `Ok` for PASS, the reason for FAIL.
+    pub outcome: Result<(), String>,
+}
+
+/// Runs every check with `uri`'s credential against `vhost`.
+pub async fn run(uri: &BrokerUri, vhost: &str) -> Vec<CheckResult> {
+    let nonce = nonce();
+    let mut suite = Suite {
+        uri,
+        vhost: vhost.to_owned(),
+        fleet: vhost.trim_start_matches('/').to_owned(),
+        inbox: topology::inbox_queue(&format!("contract-{nonce}")),
+        key: format!("contract-{nonce}"),
+        full: topology::inbox_queue(&format!("contract-full-{nonce}")),
+        nonce,
+        connection: None,
+    };
+    let mut results = Vec::new();
+    for (index, name) in CHECKS.iter().enumerate() {
+        let outcome = match tokio::time::timeout(STEP * 3, suite.check(index)).await {
+            Ok(outcome) => outcome,
+            Err(_) => Err(format!("no answer within {} s", (STEP * 3).as_secs())),
+        };
+        results.push(CheckResult { name, outcome });
+    }
+    suite.cleanup().await;
+    results
+}
+
+struct Suite<'a> {
+    uri: &'a BrokerUri,
+    vhost: String,
+    fleet: String,
+    inbox: String,
+    key: String,
+    full: String,
+    nonce: String,
+    connection: Option<Connection>,
+}
+
+impl Suite<'_> {
+    async fn check(&mut self, index: usize) -> Result<(), String> {
+        match index {
+            0 => self.connect().await,
+            1 => self.declare().await,
+            2 => self.publish_confirmed().await,
+            3 => self.consume_and_ack().await,
+            4 => self.mandatory_return().await,
+            5 => self.reject_publish().await,
+            6 => self.single_active_consumer().await,
+            _ => self.forged_user_id().await,
+        }
+    }
+
+    async fn connect(&mut self) -> Result<(), String> {
+        let connection = connect(self.uri, Some(&self.vhost))
+            .await
+            .map_err(|e| e.to_string())?;
+        self.connection = Some(connection);
+        if self.uri.user != self.fleet {
+            return Err(format!(
+                "the connection opened, but `{}` is not the fleet user of `{}`: it may only publish into its ingress exchange",
+                self.uri.user, self.vhost
+            ));
+        }
+        Ok(())
+    }
+
+    async fn channel(&self) -> Result<Channel, String> {
+        let connection = self
+            .connection
+            .as_ref()
+            .ok_or("no connection to the vhost")?;
+        let channel = connection
+            .create_channel()
+            .await
+            .map_err(|e| format!("channel: {e}"))?;
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await
+            .map_err(|e| format!("confirm mode: {e}"))?;
+        channel
+            .basic_qos(16, BasicQosOptions::default())
+            .await
+            .map_err(|e| format!("qos: {e}"))?;
+        Ok(channel)
+    }
+
+    async fn declare(&self) -> Result<(), String> {
+        let channel = self.channel().await?;
+        let durable = ExchangeDeclareOptions {
+            durable: true,
+            ..ExchangeDeclareOptions::default()
+        };
+        for (name, kind) in [
+            (INBOX_EXCHANGE, ExchangeKind::Direct),
+            (CTL_EXCHANGE, ExchangeKind::Direct),
+            (ROSTER_EXCHANGE, ExchangeKind::Topic),
+        ] {
+            channel
+                .exchange_declare(name.into(), kind, durable, FieldTable::default())
+                .await
+                .map_err(|e| format!("declare exchange `{name}`: {e}"))?;
+        }
+        declare_inbox(
+            &channel,
+            &self.inbox,
+            &self.key,
+            topology::DEFAULT_MAX_LENGTH,
+        )
+        .await
+    }
+
+    async fn publish_confirmed(&self) -> Result<(), String> {
+        let channel = self.channel().await?;
+        match publish(
+            &channel,
+            &self.key,
+            &format!("m1-{}", self.nonce),
+            &self.uri.user,
+        )
+        .await?
+        {
+            Confirmation::Ack(None) => Ok(()),
+            other => Err(format!("expected a plain ack, got {}", describe(&other))),
+        }
+    }
+
+    async fn consume_and_ack(&self) -> Result<(), String> {
+        let channel = self.channel().await?;
+        let mut consumer = consume(&channel, &self.inbox, "contract-a").await?;
+        let wanted = format!("m1-{}", self.nonce);
+        let delivery = next_with_id(&mut consumer, &wanted).await?;
+        match delivery.ack(BasicAckOptions::default()).await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err("the ack was not sent (channel closed or recovering)".to_owned()),
+            Err(e) => Err(format!("ack: {e}")),
+        }
+    }
+
+    async fn mandatory_return(&self) -> Result<(), String> {
+        let channel = self.channel().await?;
+        let id = format!("m2-{}", self.nonce);
+        match publish(
+            &channel,
+            &format!("missing-{}", self.nonce),
+            &id,
+            &self.uri.user,
+        )
+        .await?
+        {
+            Confirmation::Ack(Some(returned)) => {
+                let got = returned
+                    .delivery
+                    .properties
+                    .message_id()
+                    .as_ref()
+                    .map(ToString::to_string);
+                if got.as_deref() == Some(id.as_str()) {
+                    Ok(())
+                } else {
+                    Err(
+                        "a message came back, but not the one published (matched by message id)"
+                            .to_owned(),
+                    )
+                }
+            }
+            other => Err(format!(
+                "expected a return with an ack, got {}",
+                describe(&other)
+            )),
+        }
+    }
+
+    async fn reject_publish(&self) -> Result<(), String> {
+        let channel = self.channel().await?;
+        let key = format!("contract-full-{}", self.nonce);
+        declare_inbox(&channel, &self.full, &key, 1).await?;
+        let first = publish(
+            &channel,
+            &key,
+            &format!("f1-{}", self.nonce),
+            &self.uri.user,
+        )
+        .await?;
+        if !matches!(first, Confirmation::Ack(None)) {
+            return Err(format!(
+                "the first message should fit, got {}",
+                describe(&first)
+            ));
+        }
+        match publish(
+            &channel,
+            &key,
+            &format!("f2-{}", self.nonce),
+            &self.uri.user,
+        )
+        .await?
+        {
+            Confirmation::Nack(_) => Ok(()),
+            other => Err(format!(
+                "expected a nack from the full inbox, got {}",
+                describe(&other)
+            )),
+        }
+    }
+
+    async fn single_active_consumer(&self) -> Result<(), String> {
+        let first = connect(self.uri, Some(&self.vhost))
+            .await
+            .map_err(|e| e.to_string())?;
+        let second = connect(self.uri, Some(&self.vhost))
+            .await
+            .map_err(|e| e.to_string())?;
+        let channel_a = first.create_channel().await.map_err(|e| e.to_string())?;
+        let channel_b = second.create_channel().await.map_err(|e| e.to_string())?;
+        let _active = consume(&channel_a, &self.inbox, "contract-sac-a").await?;
+        let mut standby = consume(&channel_b, &self.inbox, "contract-sac-b").await?;
+        // The active consumer's connection dies; the standby must take over.
+        first
+            .close(320, "contract: active consumer goes away".into())
+            .await
+            .map_err(|e| e.to_string())?;
+        let publisher = self.channel().await?;
+        let id = format!("m3-{}", self.nonce);
+        publish(&publisher, &self.key, &id, &self.uri.user).await?;
+        let delivery = next_with_id(&mut standby, &id).await?;
+        delivery
+            .ack(BasicAckOptions::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        let _ = second.close(200, "contract done".into()).await;
+        Ok(())
+    }
+
+    async fn forged_user_id(&self) -> Result<(), String> {
+        let control = self.channel().await?;
+        match publish(
+            &control,
+            &self.key,
+            &format!("m4-{}", self.nonce),
+            &self.uri.user,
+        )
+        .await
+        {
+            Ok(Confirmation::Ack(None)) => {}
+            Ok(other) => {
+                return Err(format!(
+                    "the control publish with the true user_id got {}",
+                    describe(&other)
+                ));
+            }
+            Err(e) => {
+                return Err(format!(
+                    "the control publish with the true user_id failed, so nothing is proven: {e}"
+                ));
+            }
+        }
+        let channel = self.channel().await?;
+        match publish(
+            &channel,
+            &self.key,
+            &format!("m5-{}", self.nonce),
+            &format!("forged-{}", self.nonce),
+        )
+        .await
+        {
+            Ok(Confirmation::Ack(_)) => {
+                Err("the broker accepted a message with a forged user_id".to_owned())
+            }
+            Ok(_) | Err(_) => Ok(()),
+        }
+    }
+
+    async fn cleanup(&mut self) {
+        if let Some(connection) = self.connection.take() {
+            if let Ok(channel) = connection.create_channel().await {
+                for queue in [&self.inbox, &self.full] {
+                    let _ = channel
+                        .queue_delete(queue.as_str().into(), QueueDeleteOptions::default())
+                        .await;
+                }
+            }
+            let _ = connection.close(200, "contract done".into()).await;
+        }
+    }
+}
+
+async fn declare_inbox(
+    channel: &Channel,
+    queue: &str,
+    key: &str,
+    max_length: i64,
+) -> Result<(), String> {
+    let options = QueueDeclareOptions {
+        durable: true,
+        ..QueueDeclareOptions::default()
+    };
+    channel
+        .queue_declare(
+            queue.into(),
+            options,
+            topology::inbox_arguments(QueueType::Classic, max_length),
+        )
+        .await
+        .map_err(|e| format!("declare queue `{queue}`: {e}"))?;
+    channel
+        .queue_bind(
+            queue.into(),
+            INBOX_EXCHANGE.into(),
+            key.into(),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .map_err(|e| format!("bind `{queue}`: {e}"))?;
+    Ok(())
+}
+
+async fn publish(
+    channel: &Channel,
+    key: &str,
+    id: &str,
+    user: &str,
+) -> Result<Confirmation, String> {
+    let properties = BasicProperties::default()
+        .with_delivery_mode(2)
+        .with_message_id(ShortString::from(id))
+        .with_user_id(ShortString::from(user))
+        .with_app_id(ShortString::from("fleetd-contract"));
+    let options = BasicPublishOptions {
+        mandatory: true,
+        ..BasicPublishOptions::default()
+    };
+    let confirm = channel
+        .basic_publish(
+            INBOX_EXCHANGE.into(),
+            key.into(),
+            options,
+            b"fleetd contract check",
+            properties,
+        )
+        .await
+        .map_err(|e| format!("publish: {e}"))?;
+    tokio::time::timeout(STEP, confirm)
+        .await
+        .map_err(|_| "no confirm within 10 s".to_owned())?
+        .map_err(|e| format!("publish refused: {e}"))
+}
+
+async fn consume(channel: &Channel, queue: &str, tag: &str) -> Result<Consumer, String> {
+    channel
+        .basic_consume(
+            queue.into(),
+            tag.into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .map_err(|e| format!("consume `{queue}`: {e}"))
+}
+
+async fn next_with_id(
+    consumer: &mut Consumer,
+    id: &str,
+) -> Result<lapin::message::Delivery, String> {
+    let deadline = tokio::time::Instant::now() + STEP;
+    loop {
+        let next = tokio::time::timeout_at(deadline, consumer.next())
+            .await
+            .map_err(|_| format!("message `{id}` did not arrive within 10 s"))?;
+        let delivery = match next {
+            Some(Ok(delivery)) => delivery,
+            Some(Err(e)) => return Err(format!("consume: {e}")),
+            None => return Err("the consumer was cancelled".to_owned()),
+        };
+        let got = delivery
+            .properties
+            .message_id()
+            .as_ref()
+            .map(ToString::to_string);
+        if got.as_deref() == Some(id) {
+            return Ok(delivery);
+        }
+        // Not ours (e.g. an earlier check's message): settle it and keep waiting.
+        let _ = delivery.ack(BasicAckOptions::default()).await;
+    }
+}
+
+fn describe(confirmation: &Confirmation) -> &'static str {
+    match confirmation {
+        Confirmation::Ack(None) => "an ack",
+        Confirmation::Ack(Some(_)) => "an ack with a returned message",
+        Confirmation::Nack(_) => "a nack",
+        Confirmation::NotRequested => "no confirmation",
+    }
+}
+
+/// A name fragment unique to this run.
+fn nonce() -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{:x}{:x}", nanos & 0xffff_ffff_ffff, std::process::id())
+}

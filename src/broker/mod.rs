@@ -1,0 +1,14 @@
+//! The broker: AMQP 0-9-1 over rustls (lapin). Connections built from the broker secret, the
+//! fleet topology, the least-privilege grants an operator applies, and the contract suite that
+//! proves a fleet credential's capabilities — and its isolation from other fleets' vhosts.
+//!
+//! Imports: `secret` (the broker URI). Never `pane`, `roster` or routing.
+
+mod apply;
+mod connect;
+pub mod contract;
+pub mod grants;
+pub mod topology;
+
+pub use apply::{ApplyError, apply};
+pub use connect::{ConnectError, connect};

@@ -1,0 +1,60 @@
+//! Names and arguments of the fleet topology (DESIGN.md "Broker topology"), one place.
+
+use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
+
+/// Direct exchange every agent inbox is bound to (no alternate exchange: `mandatory` must see a
+/// missing inbox).
+pub const INBOX_EXCHANGE: &str = "fleet.inbox";
+/// Direct exchange for gateway control queues.
+pub const CTL_EXCHANGE: &str = "fleet.ctl";
+/// Topic exchange for presence beats.
+pub const ROSTER_EXCHANGE: &str = "roster";
+
+/// Longest queue an inbox or control queue may grow to before publishes are refused.
+pub const DEFAULT_MAX_LENGTH: i64 = 10_000;
+
+/// The ingress exchange in a fleet's vhost for messages from fleet `origin`.
+pub fn ingress_exchange(origin: &str) -> String {
+    format!("x.in.{origin}")
+}
+
+/// The durable inbox of agent `id`.
+pub fn inbox_queue(id: &str) -> String {
+    format!("agent.{id}.inbox")
+}
+
+/// Queue type, by config: classic (single node, LavinMQ) or quorum (RabbitMQ cluster).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QueueType {
+    /// Classic queues.
+    Classic,
+    /// Quorum queues (replicated).
+    Quorum,
+}
+
+/// Arguments of inbox and control queues: single active consumer, bounded length with
+/// `reject-publish` (back-pressure as a nack, never a silent drop), no TTL, no dead-lettering.
+pub fn inbox_arguments(queue_type: QueueType, max_length: i64) -> FieldTable {
+    let mut args = FieldTable::default();
+    args.insert(
+        ShortString::from("x-single-active-consumer"),
+        AMQPValue::Boolean(true),
+    );
+    args.insert(
+        ShortString::from("x-max-length"),
+        AMQPValue::LongLongInt(max_length),
+    );
+    args.insert(
+        ShortString::from("x-overflow"),
+        AMQPValue::LongString(LongString::from("reject-publish")),
+    );
+    let kind = match queue_type {
+        QueueType::Classic => "classic",
+        QueueType::Quorum => "quorum",
+    };
+    args.insert(
+        ShortString::from("x-queue-type"),
+        AMQPValue::LongString(LongString::from(kind)),
+    );
+    args
+}

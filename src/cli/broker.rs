@@ -1,0 +1,263 @@
+//! `fleetd broker grants | contract`: set up a fleet's broker access, and prove it.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Subcommand, ValueEnum};
+use secrecy::SecretString;
+use zeroize::Zeroizing;
+
+use super::{Output, exit};
+use crate::broker::{self, contract, grants};
+use crate::config::Config;
+use crate::secret::{self, BROKER_URI, BrokerUri, SecretName, SecretSpec};
+
+/// `fleetd broker …`.
+#[derive(Debug, Subcommand)]
+pub enum BrokerCommand {
+    /// Print (or, with --apply, run) the broker commands for a fleet's vhost, user and grants.
+    Grants {
+        /// The fleet (vhost `/FLEET`, user `FLEET`).
+        #[arg(long)]
+        fleet: String,
+        /// An origin fleet this fleet's vhost admits (write on `x.in.ORIGIN` only); repeatable.
+        #[arg(long = "admit", value_name = "ORIGIN")]
+        admits: Vec<String>,
+        /// The broker CLI the printed commands are for.
+        #[arg(long, value_enum, default_value_t = ToolArg::Rabbitmqctl)]
+        tool: ToolArg,
+        /// Run them with rabbitmqctl (the fleet password from --password-file or stdin).
+        #[arg(long)]
+        apply: bool,
+        /// A file (e.g. a credential) holding the fleet user's password; default: stdin.
+        #[arg(long, value_name = "PATH")]
+        password_file: Option<PathBuf>,
+        /// The variable holding an admin AMQP URI (declares ingress exchanges); also looked up as
+        /// the credential or keyring entry `broker-admin-uri`.
+        #[arg(long, value_name = "VAR", default_value = "FLEETD_ADMIN_URI")]
+        admin_uri_env: String,
+    },
+    /// Run the 8-check AMQP contract suite for the broker credential against a vhost.
+    Contract {
+        /// The vhost to check (default: the one in the broker URI).
+        #[arg(long)]
+        vhost: Option<String>,
+        /// The variable holding the broker URI (default: `broker.uriEnv` from the config).
+        #[arg(long, value_name = "VAR")]
+        uri_env: Option<String>,
+        /// `capable`: every check must pass (own vhost). `isolated`: every check must fail.
+        #[arg(long, value_enum, default_value_t = Expect::Capable)]
+        expect: Expect,
+    },
+}
+
+/// `--tool` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ToolArg {
+    /// RabbitMQ.
+    Rabbitmqctl,
+    /// LavinMQ.
+    Lavinmqctl,
+}
+
+/// What the contract run must show.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Expect {
+    /// All eight checks pass.
+    Capable,
+    /// All eight checks fail.
+    Isolated,
+}
+
+pub(super) fn run(command: &BrokerCommand, config: Option<&Path>, out: &Output) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            out.error(&error);
+            return exit::code(exit::FAILED);
+        }
+    };
+    match command {
+        BrokerCommand::Grants {
+            fleet,
+            admits,
+            tool,
+            apply,
+            password_file,
+            admin_uri_env,
+        } => {
+            for name in std::iter::once(fleet).chain(admits) {
+                if !valid_fleet(name) {
+                    out.note(&format!("error: `{name}` is not a valid fleet name (lowercase letters, digits, `-`, `_`)"));
+                    return exit::code(exit::USAGE);
+                }
+            }
+            if !apply {
+                let tool = match tool {
+                    ToolArg::Rabbitmqctl => grants::Tool::Rabbitmqctl,
+                    ToolArg::Lavinmqctl => grants::Tool::Lavinmqctl,
+                };
+                out.line(grants::script(fleet, admits, tool).trim_end());
+                return exit::code(exit::OK);
+            }
+            if *tool != ToolArg::Rabbitmqctl {
+                out.note("error: not yet supported: --apply with lavinmqctl (print the commands and run them)");
+                return exit::code(exit::USAGE);
+            }
+            runtime.block_on(apply_grants(
+                fleet,
+                admits,
+                password_file.as_deref(),
+                admin_uri_env,
+                out,
+            ))
+        }
+        BrokerCommand::Contract {
+            vhost,
+            uri_env,
+            expect,
+        } => runtime.block_on(run_contract(
+            vhost.as_deref(),
+            uri_env.as_deref(),
+            *expect,
+            config,
+            out,
+        )),
+    }
+}
+
+fn valid_fleet(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+}
+
+async fn apply_grants(
+    fleet: &str,
+    admits: &[String],
+    password_file: Option<&Path>,
+    admin_env: &str,
+    out: &Output,
+) -> ExitCode {
+    let password = match read_password(password_file) {
+        Ok(password) => password,
+        Err(message) => {
+            out.note(&format!("error: {message}"));
+            return exit::code(exit::USAGE);
+        }
+    };
+    let admin = match resolve_uri("broker-admin-uri", Some(admin_env), out) {
+        Some(uri) => uri,
+        None => return exit::code(exit::FAILED),
+    };
+    match broker::apply(fleet, admits, &password, &admin).await {
+        Ok(report) => {
+            for line in report {
+                out.line(&line);
+            }
+            exit::code(exit::OK)
+        }
+        Err(error) => {
+            out.error(&error);
+            exit::code(exit::FAILED)
+        }
+    }
+}
+
+/// The password from a file (one trailing newline dropped) or one line of stdin.
+fn read_password(file: Option<&Path>) -> Result<SecretString, String> {
+    let mut text = Zeroizing::new(String::new());
+    match file {
+        Some(path) => {
+            std::fs::File::open(path)
+                .and_then(|mut f| f.read_to_string(&mut text))
+                .map_err(|e| format!("cannot read `{}`: {e}", path.display()))?;
+        }
+        None => {
+            std::io::stdin()
+                .read_line(&mut text)
+                .map_err(|e| format!("cannot read the password from stdin: {e}"))?;
+        }
+    }
+    let password = text.trim_end_matches(['\n', '\r']);
+    if password.is_empty() {
+        return Err("the fleet password is empty".to_owned());
+    }
+    Ok(SecretString::from(password))
+}
+
+/// Resolves and parses a broker URI secret; reports failures.
+fn resolve_uri(name: &str, env: Option<&str>, out: &Output) -> Option<BrokerUri> {
+    let name = SecretName::new(name).ok()?;
+    let spec = SecretSpec {
+        name,
+        env: env.map(str::to_owned),
+    };
+    let resolved = match secret::resolve(&spec) {
+        Ok(resolved) => resolved,
+        Err(error) => {
+            out.error(&error);
+            return None;
+        }
+    };
+    let _ = out
+        .scrubber()
+        .register(resolved.name.as_str(), &resolved.value);
+    match BrokerUri::parse(&resolved.value) {
+        Ok(uri) => {
+            let _ = out.scrubber().register("broker-password", &uri.password);
+            Some(uri)
+        }
+        Err(error) => {
+            out.error(&error);
+            None
+        }
+    }
+}
+
+async fn run_contract(
+    vhost: Option<&str>,
+    uri_env: Option<&str>,
+    expect: Expect,
+    config: Option<&Path>,
+    out: &Output,
+) -> ExitCode {
+    let env = match uri_env {
+        Some(var) => Some(var.to_owned()),
+        None => match Config::load(config) {
+            Ok(config) => config.broker.uri_env,
+            Err(error) => {
+                out.error(&error);
+                return exit::code(exit::USAGE);
+            }
+        },
+    };
+    let Some(uri) = resolve_uri(BROKER_URI, env.as_deref(), out) else {
+        return exit::code(exit::FAILED);
+    };
+    let vhost = vhost.unwrap_or(&uri.vhost).to_owned();
+    out.line(&format!(
+        "contract for user `{}` on vhost `{vhost}` at {}:{}",
+        uri.user, uri.host, uri.port
+    ));
+    let results = contract::run(&uri, &vhost).await;
+    let passed = results.iter().filter(|r| r.outcome.is_ok()).count();
+    for result in &results {
+        match &result.outcome {
+            Ok(()) => out.line(&format!("PASS {}", result.name)),
+            Err(reason) => out.line(&format!("FAIL {}: {reason}", result.name)),
+        }
+    }
+    out.line(&format!("{passed}/{} checks passed", results.len()));
+    let holds = match expect {
+        Expect::Capable => passed == results.len(),
+        Expect::Isolated => passed == 0,
+    };
+    exit::code(if holds { exit::OK } else { exit::FAILED })
+}
