@@ -22,3 +22,4 @@ pub mod pane;
 pub mod policy;
 pub mod scrub;
 pub mod secret;
+pub mod wire;

@@ -1,10 +1,11 @@
 //! argv → [`Command`], and the exit codes. The only module that prints.
 //!
-//! Imports: `broker`, `daemon`, `config`, `policy`, `secret`, `scrub`.
+//! Imports: `broker`, `daemon`, `config`, `policy`, `secret`, `scrub`, `wire`.
 
 mod broker;
 mod config_check;
 pub mod exit;
+mod key;
 mod output;
 mod policy;
 mod run;
@@ -78,6 +79,9 @@ pub enum Command {
     /// Broker: least-privilege grants and the contract suite.
     #[command(subcommand)]
     Broker(broker::BrokerCommand),
+    /// This host's signing key: create it, show its public half.
+    #[command(subcommand)]
+    Key(key::KeyCommand),
 }
 
 /// `fleetd config …`.
@@ -127,5 +131,6 @@ pub fn main() -> ExitCode {
         Command::Secret(ref command) => secret::run(command, cli.config.as_deref(), &out),
         Command::Policy(ref command) => policy::run(command, cli.config.as_deref(), &out),
         Command::Broker(ref command) => broker::run(command, cli.config.as_deref(), &out),
+        Command::Key(ref command) => key::run(command, cli.config.as_deref(), &out),
     }
 }

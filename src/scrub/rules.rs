@@ -947,6 +947,19 @@ fn benign_value(value: &[u8]) -> bool {
     if placeholder(value) {
         return true;
     }
+    // Public keys are not secrets: fleetd's pins (`ed25519:`) and OpenSSH public keys.
+    if [
+        &b"ed25519:"[..],
+        b"ssh-ed25519 ",
+        b"ssh-rsa ",
+        b"ecdsa-sha2-",
+        b"sk-ssh-",
+    ]
+    .iter()
+    .any(|p| value.starts_with(p))
+    {
+        return true;
+    }
     if path_like(value) {
         return true; // a path, e.g. `SSH_KEY=/home/u/.ssh/id_ed25519`
     }

@@ -285,6 +285,8 @@ fn negatives_stay_intact() {
         "see https://docs.example.com:8443/a/b?x=1",
         "task-force and desk-lamp are words",
         "secret_ref = \"credential:broker-uri\"",
+        "public key: ed25519:KvBwhG41KeHpZUEtXHykjZ4r28Bh+vpsy8CTO6a8IKE=",
+        "pubkey = \"ed25519:KvBwhG41KeHpZUEtXHykjZ4r28Bh+vpsy8CTO6a8IKE=\"",
     ];
     for negative in negatives {
         assert_intact(negative);

@@ -1,0 +1,236 @@
+//! Envelope bodies: one JSON object per kind, each with `"v": 1`. Unknown fields and unknown
+//! versions are refused with a reason; sizes are bounded.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use super::{Kind, VERSION};
+
+/// Longest agent message text in bytes.
+pub const MAX_TEXT: usize = 64 * 1024;
+/// Most agents one presence beat may announce.
+pub const MAX_AGENTS: usize = 1024;
+
+/// A message for an agent.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentMessage {
+    /// Body version.
+    pub v: u32,
+    /// The target agent's global id.
+    pub to: Uuid,
+    /// The sending agent, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<Uuid>,
+    /// The text.
+    pub text: String,
+}
+
+/// A request to launch a profile; the origin comes from the transport, never from here.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpawnRequest {
+    /// Body version.
+    pub v: u32,
+    /// The profile asked for.
+    pub profile: String,
+    /// Requested environment (checked by the receiving host's policy).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Working directory relative to the profile's root.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    /// A display label.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+}
+
+/// How a spawn request ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SpawnOutcome {
+    /// Launched and ready.
+    Started,
+    /// Refused by policy.
+    Refused,
+    /// Allowed but could not be launched or did not become ready.
+    Failed,
+}
+
+/// The reply to a spawn request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpawnReply {
+    /// Body version.
+    pub v: u32,
+    /// The request's message id.
+    pub request: Uuid,
+    /// What happened.
+    pub outcome: SpawnOutcome,
+    /// The new agent's global id (started only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<Uuid>,
+    /// Why (refused or failed), one line each.
+    #[serde(default)]
+    pub reasons: Vec<String>,
+}
+
+/// One agent in a presence beat.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentEntry {
+    /// Global id.
+    pub id: Uuid,
+    /// Display name.
+    pub name: String,
+    /// Profile it runs.
+    pub profile: String,
+    /// Status (`starting`, `ready`, `busy`, `blocked`, `exited`).
+    pub status: String,
+    /// Since when, Unix milliseconds.
+    pub since: i64,
+}
+
+/// A roster heartbeat: the sending host and its agents.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PresenceBeat {
+    /// Body version.
+    pub v: u32,
+    /// Random per process start: a new boot resets the sequence.
+    pub boot: Uuid,
+    /// Increases with every beat of one boot.
+    pub seq: u64,
+    /// The host is stopping.
+    #[serde(default)]
+    pub leaving: bool,
+    /// Its agents.
+    pub agents: Vec<AgentEntry>,
+}
+
+/// Where a message is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeliveryState {
+    /// In the broker, not yet taken by the owning host.
+    Queued,
+    /// Injected into the agent's pane, or held for the primary.
+    Delivered,
+    /// Held message pulled and acknowledged by the primary.
+    Acknowledged,
+    /// Will not be delivered; see the reason.
+    Failed,
+}
+
+/// A report on a message's delivery state.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeliveryReceipt {
+    /// Body version.
+    pub v: u32,
+    /// The message reported on.
+    pub message: Uuid,
+    /// Its state.
+    pub state: DeliveryState,
+    /// Why it failed (`no such agent`, `inbox full`, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// A decoded body.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Payload {
+    /// See [`AgentMessage`].
+    AgentMessage(AgentMessage),
+    /// See [`SpawnRequest`].
+    SpawnRequest(SpawnRequest),
+    /// See [`SpawnReply`].
+    SpawnReply(SpawnReply),
+    /// See [`PresenceBeat`].
+    PresenceBeat(PresenceBeat),
+    /// See [`DeliveryReceipt`].
+    DeliveryReceipt(DeliveryReceipt),
+}
+
+impl Payload {
+    /// The kind of this payload.
+    pub fn kind(&self) -> Kind {
+        match self {
+            Payload::AgentMessage(_) => Kind::AgentMessage,
+            Payload::SpawnRequest(_) => Kind::SpawnRequest,
+            Payload::SpawnReply(_) => Kind::SpawnReply,
+            Payload::PresenceBeat(_) => Kind::PresenceBeat,
+            Payload::DeliveryReceipt(_) => Kind::DeliveryReceipt,
+        }
+    }
+
+    /// The JSON bytes of the body.
+    pub fn encode(&self) -> Vec<u8> {
+        let value = match self {
+            Payload::AgentMessage(b) => serde_json::to_vec(b),
+            Payload::SpawnRequest(b) => serde_json::to_vec(b),
+            Payload::SpawnReply(b) => serde_json::to_vec(b),
+            Payload::PresenceBeat(b) => serde_json::to_vec(b),
+            Payload::DeliveryReceipt(b) => serde_json::to_vec(b),
+        };
+        // Serializing these plain structs cannot fail; an empty body would fail verification.
+        value.unwrap_or_default()
+    }
+
+    /// Decodes a body of `kind`; the caller has checked its size.
+    pub fn decode(kind: Kind, bytes: &[u8]) -> Result<Payload, String> {
+        let version = serde_json::from_slice::<serde_json::Value>(bytes)
+            .map_err(|e| {
+                format!(
+                    "body is not JSON (line {}, column {})",
+                    e.line(),
+                    e.column()
+                )
+            })?
+            .get("v")
+            .and_then(serde_json::Value::as_u64);
+        match version {
+            Some(v) if v == u64::from(VERSION) => {}
+            Some(v) => {
+                return Err(format!(
+                    "unknown body version {v} (this build reads {VERSION})"
+                ));
+            }
+            None => return Err("body has no version `v`".to_owned()),
+        }
+        let reason = |e: serde_json::Error| {
+            let text = e.to_string();
+            // serde names the field (`unknown field `x``); drop the position suffix.
+            text.split(" at line")
+                .next()
+                .unwrap_or("invalid body")
+                .to_owned()
+        };
+        let payload = match kind {
+            Kind::AgentMessage => {
+                Payload::AgentMessage(serde_json::from_slice(bytes).map_err(reason)?)
+            }
+            Kind::SpawnRequest => {
+                Payload::SpawnRequest(serde_json::from_slice(bytes).map_err(reason)?)
+            }
+            Kind::SpawnReply => Payload::SpawnReply(serde_json::from_slice(bytes).map_err(reason)?),
+            Kind::PresenceBeat => {
+                Payload::PresenceBeat(serde_json::from_slice(bytes).map_err(reason)?)
+            }
+            Kind::DeliveryReceipt => {
+                Payload::DeliveryReceipt(serde_json::from_slice(bytes).map_err(reason)?)
+            }
+        };
+        match &payload {
+            Payload::AgentMessage(m) if m.text.len() > MAX_TEXT => {
+                Err(format!("message text longer than {MAX_TEXT} bytes"))
+            }
+            Payload::PresenceBeat(b) if b.agents.len() > MAX_AGENTS => {
+                Err(format!("more than {MAX_AGENTS} agents in one beat"))
+            }
+            _ => Ok(payload),
+        }
+    }
+}

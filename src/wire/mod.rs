@@ -1,0 +1,100 @@
+//! Envelopes: what crosses the broker. Versioned JSON bodies with a size limit checked before
+//! parsing, and an Ed25519 signature by the origin host over a canonical encoding of the
+//! envelope's metadata and the SHA-256 of its body (DESIGN.md "Origin authenticity", check 3).
+//!
+//! Imports: `secret` (the host key is a secret). Never `broker` or `pane`: the broker maps
+//! [`Meta`] onto AMQP properties and headers.
+
+mod body;
+mod key;
+mod seal;
+
+#[cfg(test)]
+mod tests;
+
+pub use body::{
+    AgentEntry, AgentMessage, DeliveryReceipt, DeliveryState, MAX_AGENTS, MAX_TEXT, Payload,
+    PresenceBeat, SpawnOutcome, SpawnReply, SpawnRequest,
+};
+pub use key::{HostKey, KeyError, PinnedKeys, PublicKey};
+pub use seal::{MemoryReplayCache, Refusal, ReplayCache, Sealed, Window, seal, verify};
+
+use uuid::Uuid;
+
+/// The protocol tag every signature starts with.
+pub const PROTOCOL: &str = "fleetd/v1";
+/// The only body version this build reads and writes.
+pub const VERSION: u32 = 1;
+/// Largest body accepted, checked before parsing.
+pub const MAX_BODY: usize = 256 * 1024;
+
+/// Who sent an envelope, or to whom it goes.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Party {
+    /// Fleet (broker vhost and user).
+    pub fleet: String,
+    /// Host within the fleet; empty when addressed to a fleet's agent by id.
+    pub host: String,
+}
+
+/// What an envelope carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// A message to an agent.
+    AgentMessage,
+    /// A request to launch a profile.
+    SpawnRequest,
+    /// The outcome of a spawn request.
+    SpawnReply,
+    /// A roster heartbeat.
+    PresenceBeat,
+    /// A delivery state report.
+    DeliveryReceipt,
+}
+
+impl Kind {
+    /// The AMQP `type` property value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::AgentMessage => "agent.message",
+            Kind::SpawnRequest => "spawn.request",
+            Kind::SpawnReply => "spawn.reply",
+            Kind::PresenceBeat => "presence.beat",
+            Kind::DeliveryReceipt => "delivery.receipt",
+        }
+    }
+
+    /// Parses an AMQP `type` property value.
+    pub fn parse(text: &str) -> Option<Kind> {
+        [
+            Kind::AgentMessage,
+            Kind::SpawnRequest,
+            Kind::SpawnReply,
+            Kind::PresenceBeat,
+            Kind::DeliveryReceipt,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == text)
+    }
+}
+
+/// Everything about an envelope except its body and signature.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Meta {
+    /// Envelope version.
+    pub version: u32,
+    /// Message id (UUIDv7): the dedupe and replay key.
+    pub id: Uuid,
+    /// What the body is.
+    pub kind: Kind,
+    /// The sending host (its key signs).
+    pub origin: Party,
+    /// The destination.
+    pub dest: Party,
+    /// The id of the origin host's key.
+    pub key_id: String,
+    /// Creation time, Unix milliseconds.
+    pub created_ms: i64,
+    /// Expiry time, Unix milliseconds.
+    pub expires_ms: i64,
+}
