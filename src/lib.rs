@@ -22,4 +22,5 @@ pub mod pane;
 pub mod policy;
 pub mod scrub;
 pub mod secret;
+pub mod state;
 pub mod wire;

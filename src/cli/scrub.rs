@@ -18,11 +18,11 @@ const CHUNK: usize = 64 * 1024;
 
 pub(super) fn run(known: Option<&Path>, out: &Output) -> ExitCode {
     let scrubber = Scrubber::new();
-    if let Some(path) = known {
-        if let Err(error) = load_known(&scrubber, path, out) {
-            out.error(&error);
-            return exit::code(exit::USAGE);
-        }
+    if let Some(path) = known
+        && let Err(error) = load_known(&scrubber, path, out)
+    {
+        out.error(&error);
+        return exit::code(exit::USAGE);
     }
     match filter(&scrubber) {
         Ok(()) => exit::code(exit::OK),

@@ -110,15 +110,15 @@ fn literal_credentials(
                 for item in items {
                     if let DeValue::Table(inner) = item.get_ref() {
                         literal_credentials(inner, &dotted, path, text, out);
-                    } else if let DeValue::String(s) = item.get_ref() {
-                        if let Some(kind) = scrub::looks_secret(s) {
-                            out.push(Diagnostic::at(
-                                path,
-                                text,
-                                Some(item.span()),
-                                format!("`{dotted}` holds a literal credential ({kind})"),
-                            ));
-                        }
+                    } else if let DeValue::String(s) = item.get_ref()
+                        && let Some(kind) = scrub::looks_secret(s)
+                    {
+                        out.push(Diagnostic::at(
+                            path,
+                            text,
+                            Some(item.span()),
+                            format!("`{dotted}` holds a literal credential ({kind})"),
+                        ));
                     }
                 }
             }

@@ -165,12 +165,12 @@ fn check_grant(
         if profile.env.contains_key(name) || profile.secrets.contains_key(name) {
             return Err(format!("`{name}` is fixed by profile `{}`", profile.name));
         }
-        if let Some(pattern) = names::dangerous(name) {
-            if !grant.allow_dangerous.contains(name) {
-                return Err(format!(
-                    "`{name}` is a dangerous variable (matches `{pattern}`) and the grant does not opt in"
-                ));
-            }
+        if let Some(pattern) = names::dangerous(name)
+            && !grant.allow_dangerous.contains(name)
+        {
+            return Err(format!(
+                "`{name}` is a dangerous variable (matches `{pattern}`) and the grant does not opt in"
+            ));
         }
         let Some(rule) = grant.env.get(name) else {
             return Err(format!("`{name}` may not be set"));

@@ -220,15 +220,16 @@ fn cross_checks(
         }
     }
     for deny in &set.denies {
-        if let Some(profiles) = &deny.profiles {
-            if !profiles.is_empty() && profiles.iter().all(|p| !set.profiles.contains_key(p)) {
-                diagnostics.push(never(
-                    deny.id.as_str(),
-                    &deny.location,
-                    text_of(&deny.location.file),
-                    "none of its profiles is defined".to_owned(),
-                ));
-            }
+        if let Some(profiles) = &deny.profiles
+            && !profiles.is_empty()
+            && profiles.iter().all(|p| !set.profiles.contains_key(p))
+        {
+            diagnostics.push(never(
+                deny.id.as_str(),
+                &deny.location,
+                text_of(&deny.location.file),
+                "none of its profiles is defined".to_owned(),
+            ));
         }
     }
 }

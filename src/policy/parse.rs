@@ -56,13 +56,13 @@ pub(super) fn parse_file(path: &Path, text: &str, diags: &mut Vec<Diagnostic>) -
     ctx.literal_secrets(table.get_ref(), "");
     ctx.keys(table.get_ref(), schema::FILE, "");
     let mut items = FileItems::default();
-    if let Some(value) = table.get_ref().get("profile") {
-        if let Some(profiles) = ctx.table(value, "profile") {
-            for (name, body) in profiles {
-                items.profile_names.push(name.get_ref().to_string());
-                if let Some(profile) = ctx.profile(name, body) {
-                    items.profiles.push((profile, name.span()));
-                }
+    if let Some(value) = table.get_ref().get("profile")
+        && let Some(profiles) = ctx.table(value, "profile")
+    {
+        for (name, body) in profiles {
+            items.profile_names.push(name.get_ref().to_string());
+            if let Some(profile) = ctx.profile(name, body) {
+                items.profiles.push((profile, name.span()));
             }
         }
     }
@@ -670,55 +670,55 @@ impl Ctx<'_> {
         });
         let allow_dangerous = allow_dangerous.unwrap_or_default();
         let mut env = BTreeMap::new();
-        if let Some(value) = table.get("env") {
-            if let Some(map) = self.table(value, &format!("{what}.env")) {
-                for (var, rule) in map {
-                    let var_name = var.get_ref().to_string();
-                    if !names::valid_env_name(&var_name) {
-                        self.error(
-                            "invalid-value",
-                            var.span(),
-                            format!("`{var_name}` in `{what}.env` is not a valid variable name"),
-                        );
-                        ok = false;
-                        continue;
-                    }
-                    if let Some(pattern) = names::dangerous(&var_name) {
-                        if !allow_dangerous.contains(&var_name) {
-                            let d = self
+        if let Some(value) = table.get("env")
+            && let Some(map) = self.table(value, &format!("{what}.env"))
+        {
+            for (var, rule) in map {
+                let var_name = var.get_ref().to_string();
+                if !names::valid_env_name(&var_name) {
+                    self.error(
+                        "invalid-value",
+                        var.span(),
+                        format!("`{var_name}` in `{what}.env` is not a valid variable name"),
+                    );
+                    ok = false;
+                    continue;
+                }
+                if let Some(pattern) = names::dangerous(&var_name)
+                    && !allow_dangerous.contains(&var_name)
+                {
+                    let d = self
                                 .diag(Severity::Error, "dangerous-opt-in", var.span(), format!("`{var_name}` is a dangerous variable (matches `{pattern}`) and `{what}` does not opt in"))
                                 .with_help(format!("add `allow_dangerous = [\"{var_name}\"]` to the grant if this is really intended"));
-                            self.push(d);
-                            ok = false;
-                        }
+                    self.push(d);
+                    ok = false;
+                }
+                let rule_what = format!("{what}.env.{var_name}");
+                let Some(rule_table) = self.table(rule, &rule_what) else {
+                    ok = false;
+                    continue;
+                };
+                if !self.required(rule_table, schema::ENV_RULE, var.span(), &rule_what) {
+                    ok = false;
+                    continue;
+                }
+                let pattern = self.string(rule_table, "pattern", &rule_what);
+                let max_len = self.integer(rule_table, "max_len", &rule_what, schema::ENV_RULE);
+                let compiled = pattern.as_ref().and_then(|(source, span)| {
+                    self.regex(source, span.clone(), true, &format!("{rule_what}.pattern"))
+                });
+                match (compiled, pattern, max_len) {
+                    (Some(regex), Some((source, _)), Some(max_len)) => {
+                        env.insert(
+                            var_name,
+                            EnvRule {
+                                pattern: regex,
+                                source,
+                                max_len: usize::try_from(max_len).unwrap_or(0),
+                            },
+                        );
                     }
-                    let rule_what = format!("{what}.env.{var_name}");
-                    let Some(rule_table) = self.table(rule, &rule_what) else {
-                        ok = false;
-                        continue;
-                    };
-                    if !self.required(rule_table, schema::ENV_RULE, var.span(), &rule_what) {
-                        ok = false;
-                        continue;
-                    }
-                    let pattern = self.string(rule_table, "pattern", &rule_what);
-                    let max_len = self.integer(rule_table, "max_len", &rule_what, schema::ENV_RULE);
-                    let compiled = pattern.as_ref().and_then(|(source, span)| {
-                        self.regex(source, span.clone(), true, &format!("{rule_what}.pattern"))
-                    });
-                    match (compiled, pattern, max_len) {
-                        (Some(regex), Some((source, _)), Some(max_len)) => {
-                            env.insert(
-                                var_name,
-                                EnvRule {
-                                    pattern: regex,
-                                    source,
-                                    max_len: usize::try_from(max_len).unwrap_or(0),
-                                },
-                            );
-                        }
-                        _ => ok = false,
-                    }
+                    _ => ok = false,
                 }
             }
         }

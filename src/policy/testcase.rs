@@ -136,18 +136,18 @@ fn check(policy: &PolicySet, case: &RawCase) -> Result<(), String> {
         )
         .to_lowercase());
     }
-    if let Some(rule) = &case.rule {
-        if !decision.rules.iter().any(|r| r.as_str() == rule) {
-            return Err(format!(
-                "expected rule `{rule}`, decided by: {}",
-                decision
-                    .rules
-                    .iter()
-                    .map(|r| r.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
-        }
+    if let Some(rule) = &case.rule
+        && !decision.rules.iter().any(|r| r.as_str() == rule)
+    {
+        return Err(format!(
+            "expected rule `{rule}`, decided by: {}",
+            decision
+                .rules
+                .iter()
+                .map(|r| r.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
     }
     Ok(())
 }

@@ -224,10 +224,10 @@ impl Engine {
                     *slot = group.automaton.find(Input::new(text).range(pos..));
                     *finished = slot.is_none();
                 }
-                if let Some(hit) = *slot {
-                    if best.is_none_or(|(_, b)| hit.start() < b.start()) {
-                        best = Some((i, hit));
-                    }
+                if let Some(hit) = *slot
+                    && best.is_none_or(|(_, b)| hit.start() < b.start())
+                {
+                    best = Some((i, hit));
                 }
             }
             let Some((group, hit)) = best else {

@@ -324,10 +324,10 @@ fn placeholder(value: &[u8]) -> bool {
     {
         return true;
     }
-    if let Some(name) = trimmed.strip_prefix(b"$") {
-        if name.iter().all(|&b| b.is_ascii_alphanumeric() || b == b'_') {
-            return true;
-        }
+    if let Some(name) = trimmed.strip_prefix(b"$")
+        && name.iter().all(|&b| b.is_ascii_alphanumeric() || b == b'_')
+    {
+        return true;
     }
     let words = [
         &b"null"[..],

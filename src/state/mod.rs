@@ -1,0 +1,288 @@
+//! The state store: one crash-safe embedded database (redb) in the state directory holding the
+//! replay cache, the dedupe window, the outbox and held messages. Every change is one committed
+//! transaction, so a `kill -9` loses at most the change in flight, never a committed one.
+//!
+//! Imports: nothing from the crate (a leaf).
+
+use std::path::{Path, PathBuf};
+
+use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
+use uuid::Uuid;
+
+const REPLAY: TableDefinition<'_, &[u8], i64> = TableDefinition::new("replay");
+const DEDUPE: TableDefinition<'_, &[u8], i64> = TableDefinition::new("dedupe");
+const OUTBOX: TableDefinition<'_, &[u8], &[u8]> = TableDefinition::new("outbox");
+const HELD: TableDefinition<'_, &[u8], &[u8]> = TableDefinition::new("held");
+
+/// The database file inside the state directory.
+pub const FILE: &str = "state.redb";
+
+/// Retention and size limits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// How long a delivered message id is remembered for dedupe.
+    pub dedupe_retention_ms: i64,
+    /// Most messages held for the primary.
+    pub max_held: u64,
+    /// Most unconfirmed messages in the outbox.
+    pub max_outbox: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            dedupe_retention_ms: 7 * 24 * 3600 * 1000,
+            max_held: 10_000,
+            max_outbox: 100_000,
+        }
+    }
+}
+
+/// Errors from the state store. They name the operation; records are never included.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    /// The directory or database could not be created or opened.
+    #[error("cannot open the state database `{}`: {detail}", .path.display())]
+    Open {
+        /// The database file.
+        path: PathBuf,
+        /// What happened.
+        detail: String,
+    },
+    /// A transaction failed.
+    #[error("state database {op} failed: {detail}")]
+    Transaction {
+        /// Which operation.
+        op: &'static str,
+        /// What happened.
+        detail: String,
+    },
+    /// A size limit is reached.
+    #[error("the {what} is full ({limit} entries)")]
+    Full {
+        /// Which store.
+        what: &'static str,
+        /// Its limit.
+        limit: u64,
+    },
+}
+
+/// What a prune removed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Pruned {
+    /// Expired replay entries.
+    pub replay: u64,
+    /// Dedupe entries past retention.
+    pub dedupe: u64,
+}
+
+/// The open state database.
+pub struct StateStore {
+    db: Database,
+    limits: Limits,
+}
+
+impl std::fmt::Debug for StateStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StateStore")
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+fn tx(op: &'static str) -> impl Fn(String) -> StateError {
+    move |detail| StateError::Transaction { op, detail }
+}
+
+macro_rules! or_fail {
+    ($op:expr, $e:expr) => {
+        $e.map_err(|e| tx($op)(e.to_string()))?
+    };
+}
+
+impl StateStore {
+    /// Opens (creating if needed, mode 0700) the database in `dir`.
+    pub fn open(dir: &Path, limits: Limits) -> Result<StateStore, StateError> {
+        let path = dir.join(FILE);
+        let open_error = |detail: String| StateError::Open {
+            path: path.clone(),
+            detail,
+        };
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode_0700()
+            .create(dir)
+            .map_err(|e| open_error(e.to_string()))?;
+        let db = Database::create(&path).map_err(|e| open_error(e.to_string()))?;
+        let store = StateStore { db, limits };
+        store.write("create tables", |txn| {
+            txn.open_table(REPLAY)?;
+            txn.open_table(DEDUPE)?;
+            txn.open_table(OUTBOX)?;
+            txn.open_table(HELD)?;
+            Ok(())
+        })?;
+        Ok(store)
+    }
+
+    /// Records (key id, message id) until `expires_ms`; `false` when already recorded.
+    pub fn replay_insert_new(
+        &self,
+        key_id: &str,
+        id: Uuid,
+        expires_ms: i64,
+    ) -> Result<bool, StateError> {
+        let mut key = key_id.as_bytes().to_vec();
+        key.push(0);
+        key.extend_from_slice(id.as_bytes());
+        self.write("replay insert", |txn| {
+            let mut table = txn.open_table(REPLAY)?;
+            if table.get(key.as_slice())?.is_some() {
+                return Ok(false);
+            }
+            table.insert(key.as_slice(), expires_ms)?;
+            Ok(true)
+        })
+    }
+
+    /// Records message `id` as delivered at `now_ms`; `false` when it was already.
+    pub fn dedupe_insert_new(&self, id: Uuid, now_ms: i64) -> Result<bool, StateError> {
+        self.write("dedupe insert", |txn| {
+            let mut table = txn.open_table(DEDUPE)?;
+            if table.get(id.as_bytes().as_slice())?.is_some() {
+                return Ok(false);
+            }
+            table.insert(id.as_bytes().as_slice(), now_ms)?;
+            Ok(true)
+        })
+    }
+
+    /// Keeps `record` until [`StateStore::outbox_remove`] (its publish was confirmed).
+    pub fn outbox_put(&self, id: Uuid, record: &[u8]) -> Result<(), StateError> {
+        self.put(OUTBOX, "outbox", self.limits.max_outbox, id, record)
+    }
+
+    /// Drops a confirmed message; `false` when it was not there.
+    pub fn outbox_remove(&self, id: Uuid) -> Result<bool, StateError> {
+        self.remove(OUTBOX, "outbox remove", id)
+    }
+
+    /// Every unconfirmed message, oldest first (UUIDv7 order).
+    pub fn outbox_list(&self) -> Result<Vec<(Uuid, Vec<u8>)>, StateError> {
+        self.list(OUTBOX, "outbox list", usize::MAX)
+    }
+
+    /// Holds a message for the primary until acknowledged.
+    pub fn held_put(&self, id: Uuid, record: &[u8]) -> Result<(), StateError> {
+        self.put(HELD, "held store", self.limits.max_held, id, record)
+    }
+
+    /// Up to `limit` held messages, oldest first; they stay until acknowledged.
+    pub fn held_list(&self, limit: usize) -> Result<Vec<(Uuid, Vec<u8>)>, StateError> {
+        self.list(HELD, "held list", limit)
+    }
+
+    /// Acknowledges a held message; `false` when there was none.
+    pub fn held_ack(&self, id: Uuid) -> Result<bool, StateError> {
+        self.remove(HELD, "held ack", id)
+    }
+
+    /// Drops expired replay entries and dedupe entries past retention.
+    pub fn prune(&self, now_ms: i64) -> Result<Pruned, StateError> {
+        let cutoff = now_ms.saturating_sub(self.limits.dedupe_retention_ms);
+        self.write("prune", |txn| {
+            let mut pruned = Pruned::default();
+            txn.open_table(REPLAY)?.retain(|_, expires| {
+                let keep = expires > now_ms;
+                pruned.replay += u64::from(!keep);
+                keep
+            })?;
+            txn.open_table(DEDUPE)?.retain(|_, seen| {
+                let keep = seen > cutoff;
+                pruned.dedupe += u64::from(!keep);
+                keep
+            })?;
+            Ok(pruned)
+        })
+    }
+
+    fn put(
+        &self,
+        table: TableDefinition<'_, &[u8], &[u8]>,
+        what: &'static str,
+        limit: u64,
+        id: Uuid,
+        record: &[u8],
+    ) -> Result<(), StateError> {
+        let full = self.write(what, |txn| {
+            let mut t = txn.open_table(table)?;
+            if t.len()? >= limit && t.get(id.as_bytes().as_slice())?.is_none() {
+                return Ok(true);
+            }
+            t.insert(id.as_bytes().as_slice(), record)?;
+            Ok(false)
+        })?;
+        if full {
+            Err(StateError::Full { what, limit })
+        } else {
+            Ok(())
+        }
+    }
+
+    fn remove(
+        &self,
+        table: TableDefinition<'_, &[u8], &[u8]>,
+        op: &'static str,
+        id: Uuid,
+    ) -> Result<bool, StateError> {
+        self.write(op, |txn| {
+            Ok(txn
+                .open_table(table)?
+                .remove(id.as_bytes().as_slice())?
+                .is_some())
+        })
+    }
+
+    fn list(
+        &self,
+        table: TableDefinition<'_, &[u8], &[u8]>,
+        op: &'static str,
+        limit: usize,
+    ) -> Result<Vec<(Uuid, Vec<u8>)>, StateError> {
+        let txn = or_fail!(op, self.db.begin_read());
+        let t = or_fail!(op, txn.open_table(table));
+        let mut out = Vec::new();
+        for entry in or_fail!(op, t.iter()).take(limit) {
+            let (key, value) = or_fail!(op, entry);
+            let id = Uuid::from_slice(key.value()).map_err(|e| tx(op)(e.to_string()))?;
+            out.push((id, value.value().to_vec()));
+        }
+        Ok(out)
+    }
+
+    /// Runs `f` in one write transaction and commits it.
+    fn write<T>(
+        &self,
+        op: &'static str,
+        f: impl FnOnce(&redb::WriteTransaction) -> Result<T, redb::Error>,
+    ) -> Result<T, StateError> {
+        let txn = or_fail!(op, self.db.begin_write());
+        let value = or_fail!(op, f(&txn));
+        or_fail!(op, txn.commit());
+        Ok(value)
+    }
+}
+
+/// `DirBuilder::mode(0o700)` on Unix.
+trait Private {
+    fn mode_0700(&mut self) -> &mut Self;
+}
+
+impl Private for std::fs::DirBuilder {
+    fn mode_0700(&mut self) -> &mut Self {
+        std::os::unix::fs::DirBuilderExt::mode(self, 0o700)
+    }
+}
+
+#[cfg(test)]
+mod tests;
