@@ -8,6 +8,7 @@ mod apply;
 mod connect;
 pub mod contract;
 pub mod grants;
+pub mod link;
 pub mod topology;
 
 pub use apply::{ApplyError, apply};

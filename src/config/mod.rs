@@ -7,13 +7,14 @@
 //! credential is refused, naming the key, never echoing the value: secrets come from the secret
 //! sources (`src/secret/`), and the config only names them.
 //!
-//! Imports: `secret` (its `SecretSpec`), `scrub` (the credential detector).
+//! Imports: `secret` (its `SecretSpec`), `broker` (its queue type), `scrub` (the detector).
 
 mod diag;
 mod raw;
 
 use std::path::{Path, PathBuf};
 
+use crate::broker::topology::QueueType;
 use crate::secret::{BROKER_URI, SecretName, SecretSpec};
 
 pub use diag::Diagnostic;
@@ -46,6 +47,20 @@ pub enum LogFormat {
 pub struct BrokerSettings {
     /// Name of the environment variable holding the AMQP URI (`broker.uriEnv`).
     pub uri_env: Option<String>,
+    /// Longest wait between reconnect attempts (`broker.backoff_cap_secs`, default 30).
+    pub backoff_cap: std::time::Duration,
+    /// `classic` (default; single node, LavinMQ) or `quorum` (RabbitMQ cluster).
+    pub queue_type: QueueType,
+}
+
+impl Default for BrokerSettings {
+    fn default() -> Self {
+        BrokerSettings {
+            uri_env: None,
+            backoff_cap: std::time::Duration::from_secs(30),
+            queue_type: QueueType::Classic,
+        }
+    }
 }
 
 /// Directories fleetd reads and writes.
@@ -145,7 +160,7 @@ impl Config {
             file: None,
             host: hostname(),
             fleet: None,
-            broker: BrokerSettings { uri_env: None },
+            broker: BrokerSettings::default(),
             paths: default_paths(),
             multiplexer: Multiplexer::Tmux,
             log_format: LogFormat::Text,

@@ -10,7 +10,8 @@ use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
 use super::diag::{Diagnostic, without_values};
-use super::{BrokerSettings, Config, LogFormat, Multiplexer, Paths, secret_specs};
+use super::{Config, LogFormat, Multiplexer, Paths, secret_specs};
+use crate::broker::topology::QueueType;
 use crate::scrub;
 use crate::secret::{SecretName, SecretSpec};
 
@@ -32,6 +33,15 @@ struct RawConfig {
 struct RawBroker {
     #[serde(rename = "uriEnv", alias = "uri_env")]
     uri_env: Option<Spanned<String>>,
+    backoff_cap_secs: Option<Spanned<u64>>,
+    queue_type: Option<RawQueueType>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum RawQueueType {
+    Classic,
+    Quorum,
 }
 
 #[derive(Deserialize)]
@@ -152,13 +162,28 @@ fn check(raw: RawConfig, path: &Path, text: &str) -> Result<Config, Vec<Diagnost
         }
         config.fleet = Some(fleet.into_inner());
     }
-    if let Some(uri_env) = raw.broker.and_then(|b| b.uri_env) {
-        if !valid_env_name(uri_env.get_ref()) {
-            bad(uri_env.span(), "`broker.uriEnv` must name an environment variable (`[A-Z_][A-Z0-9_]*`), not hold the uri".to_owned());
+    if let Some(broker) = raw.broker {
+        if let Some(uri_env) = broker.uri_env {
+            if !valid_env_name(uri_env.get_ref()) {
+                bad(uri_env.span(), "`broker.uriEnv` must name an environment variable (`[A-Z_][A-Z0-9_]*`), not hold the uri".to_owned());
+            }
+            config.broker.uri_env = Some(uri_env.into_inner());
         }
-        config.broker = BrokerSettings {
-            uri_env: Some(uri_env.into_inner()),
-        };
+        if let Some(cap) = broker.backoff_cap_secs {
+            if !(1..=3600).contains(cap.get_ref()) {
+                bad(
+                    cap.span(),
+                    "`broker.backoff_cap_secs` must be from 1 to 3600".to_owned(),
+                );
+            }
+            config.broker.backoff_cap = std::time::Duration::from_secs(*cap.get_ref());
+        }
+        if let Some(queue_type) = broker.queue_type {
+            config.broker.queue_type = match queue_type {
+                RawQueueType::Classic => QueueType::Classic,
+                RawQueueType::Quorum => QueueType::Quorum,
+            };
+        }
     }
     if let Some(paths) = raw.paths {
         let defaults = config.paths.clone();

@@ -1,8 +1,10 @@
 //! The daemon: what `fleetd run` does once config is loaded, secrets resolved and logging set up.
 //!
-//! Today the host runs in single-host mode: it validates its broker secret (when configured),
-//! loads its spawn policy (reloaded on SIGHUP), reports what it runs and waits for SIGTERM/SIGINT. The broker fabric, panes and the local API
-//! join this wiring in their own issues.
+//! With a broker secret it keeps a link to the broker (reconnecting with jittered backoff;
+//! routing and the roster arrive with the rest of issue 4); without one it runs single-host. It
+//! loads its spawn policy (reloaded on SIGHUP), reports what it runs and waits for SIGTERM or
+//! SIGINT, then stops its tasks within a grace period. Panes and the local API join this wiring
+//! in their own issues.
 //!
 //! Imports: everything below `cli`.
 
@@ -10,9 +12,12 @@ pub mod log;
 pub mod policy;
 
 use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
 use tracing::{info, warn};
 
 use self::policy::PolicyHandle;
+use crate::broker::link::{self, LinkSettings, LinkStatus};
 use crate::config::Config;
 use crate::secret::{BROKER_URI, BrokerUri, Resolved, hardening_state};
 
@@ -33,19 +38,32 @@ pub async fn run(
     secrets: Vec<Resolved>,
     policy: PolicyHandle,
 ) -> Result<(), RunError> {
+    let (stop, stopped) = watch::channel(false);
+    let mut tasks = JoinSet::new();
     let broker = secrets.iter().find(|s| s.name.as_str() == BROKER_URI);
-    match broker {
+    let link_status = match broker {
         Some(secret) => {
             let uri = BrokerUri::parse(&secret.value).map_err(RunError::BrokerUri)?;
-            warn!(
+            info!(
                 broker.host = %uri.host,
                 broker.port = uri.port,
                 broker.vhost = %uri.vhost,
-                "not yet supported: the broker connection; running in single-host mode"
+                "connecting to the broker (routing and roster arrive with the rest of issue 4)"
             );
+            let settings = LinkSettings {
+                host: config.host.clone(),
+                backoff_cap: config.broker.backoff_cap,
+                queue_type: config.broker.queue_type,
+            };
+            let (status, receiver) = watch::channel(LinkStatus::Starting);
+            tasks.spawn(link::supervise(uri, settings, status, stopped.clone()));
+            Some(receiver)
         }
-        None => info!("no broker configured: single-host mode"),
-    }
+        None => {
+            info!("no broker configured: single-host mode");
+            None
+        }
+    };
     let (dumpable, core_limit) = hardening_state();
     info!(
         process.dumpable = dumpable,
@@ -82,6 +100,18 @@ pub async fn run(
                 let _ = tokio::task::spawn_blocking(move || handle.reload()).await;
             }
         }
+    }
+    stop.send_replace(true);
+    let drained = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+        while tasks.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        warn!("tasks did not stop within 5 s; aborting them");
+        tasks.abort_all();
+    }
+    if let Some(status) = link_status {
+        info!(broker.status = %*status.borrow(), "broker link closed");
     }
     info!("fleetd stopped");
     Ok(())
