@@ -20,6 +20,7 @@ pub mod config;
 pub mod daemon;
 pub mod pane;
 pub mod policy;
+pub mod roster;
 pub mod scrub;
 pub mod secret;
 pub mod state;
