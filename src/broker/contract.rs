@@ -13,14 +13,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use futures_lite::StreamExt;
 use lapin::options::{
     BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions,
-    ConfirmSelectOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
-    QueueDeleteOptions,
+    ConfirmSelectOptions, QueueDeleteOptions,
 };
 use lapin::types::{FieldTable, ShortString};
-use lapin::{BasicProperties, Channel, Confirmation, Connection, Consumer, ExchangeKind};
+use lapin::{BasicProperties, Channel, Confirmation, Connection, Consumer};
 
 use super::connect;
-use super::topology::{self, CTL_EXCHANGE, INBOX_EXCHANGE, QueueType, ROSTER_EXCHANGE};
+use super::topology::{self, INBOX_EXCHANGE, QueueType};
 use crate::secret::BrokerUri;
 
 /// The checks, in order.
@@ -132,20 +131,7 @@ impl Suite<'_> {
 
     async fn declare(&self) -> Result<(), String> {
         let channel = self.channel().await?;
-        let durable = ExchangeDeclareOptions {
-            durable: true,
-            ..ExchangeDeclareOptions::default()
-        };
-        for (name, kind) in [
-            (INBOX_EXCHANGE, ExchangeKind::Direct),
-            (CTL_EXCHANGE, ExchangeKind::Direct),
-            (ROSTER_EXCHANGE, ExchangeKind::Topic),
-        ] {
-            channel
-                .exchange_declare(name.into(), kind, durable, FieldTable::default())
-                .await
-                .map_err(|e| format!("declare exchange `{name}`: {e}"))?;
-        }
+        topology::declare_exchanges(&channel).await?;
         declare_inbox(
             &channel,
             &self.inbox,
@@ -336,29 +322,8 @@ async fn declare_inbox(
     key: &str,
     max_length: i64,
 ) -> Result<(), String> {
-    let options = QueueDeclareOptions {
-        durable: true,
-        ..QueueDeclareOptions::default()
-    };
-    channel
-        .queue_declare(
-            queue.into(),
-            options,
-            topology::inbox_arguments(QueueType::Classic, max_length),
-        )
-        .await
-        .map_err(|e| format!("declare queue `{queue}`: {e}"))?;
-    channel
-        .queue_bind(
-            queue.into(),
-            INBOX_EXCHANGE.into(),
-            key.into(),
-            QueueBindOptions::default(),
-            FieldTable::default(),
-        )
-        .await
-        .map_err(|e| format!("bind `{queue}`: {e}"))?;
-    Ok(())
+    let arguments = topology::inbox_arguments(QueueType::Classic, max_length);
+    topology::declare_bound_queue(channel, queue, INBOX_EXCHANGE, key, arguments).await
 }
 
 async fn publish(

@@ -6,13 +6,11 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures_lite::StreamExt;
-use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
-use lapin::types::FieldTable;
-use lapin::{Connection, Event, ExchangeKind};
+use lapin::{Connection, Event};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use super::topology::{self, CTL_EXCHANGE, INBOX_EXCHANGE, QueueType, ROSTER_EXCHANGE};
+use super::topology::{self, CTL_EXCHANGE, QueueType};
 use super::{ConnectError, connect};
 use crate::secret::BrokerUri;
 
@@ -140,43 +138,11 @@ async fn declare(connection: &Connection, settings: &LinkSettings) -> Result<(),
         .create_channel()
         .await
         .map_err(|e| e.to_string())?;
-    let durable = ExchangeDeclareOptions {
-        durable: true,
-        ..ExchangeDeclareOptions::default()
-    };
-    for (name, kind) in [
-        (INBOX_EXCHANGE, ExchangeKind::Direct),
-        (CTL_EXCHANGE, ExchangeKind::Direct),
-        (ROSTER_EXCHANGE, ExchangeKind::Topic),
-    ] {
-        channel
-            .exchange_declare(name.into(), kind, durable, FieldTable::default())
-            .await
-            .map_err(|e| format!("declare exchange `{name}`: {e}"))?;
-    }
+    topology::declare_exchanges(&channel).await?;
     let queue = format!("gw.{}.ctl", settings.host);
-    let options = QueueDeclareOptions {
-        durable: true,
-        ..QueueDeclareOptions::default()
-    };
-    channel
-        .queue_declare(
-            queue.as_str().into(),
-            options,
-            topology::inbox_arguments(settings.queue_type, topology::DEFAULT_MAX_LENGTH),
-        )
-        .await
-        .map_err(|e| format!("declare queue `{queue}`: {e}"))?;
-    channel
-        .queue_bind(
-            queue.as_str().into(),
-            CTL_EXCHANGE.into(),
-            settings.host.as_str().into(),
-            QueueBindOptions::default(),
-            FieldTable::default(),
-        )
-        .await
-        .map_err(|e| format!("bind `{queue}`: {e}"))?;
+    let arguments = topology::inbox_arguments(settings.queue_type, topology::DEFAULT_MAX_LENGTH);
+    topology::declare_bound_queue(&channel, &queue, CTL_EXCHANGE, &settings.host, arguments)
+        .await?;
     let _ = channel.close(200, "declared".into()).await;
     Ok(())
 }

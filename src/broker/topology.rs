@@ -1,6 +1,8 @@
 //! Names and arguments of the fleet topology (DESIGN.md "Broker topology"), one place.
 
+use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
+use lapin::{Channel, ExchangeKind};
 
 /// Direct exchange every agent inbox is bound to (no alternate exchange: `mandatory` must see a
 /// missing inbox).
@@ -57,4 +59,52 @@ pub fn inbox_arguments(queue_type: QueueType, max_length: i64) -> FieldTable {
         AMQPValue::LongString(LongString::from(kind)),
     );
     args
+}
+
+/// Declares the fleet's three exchanges (idempotent).
+pub async fn declare_exchanges(channel: &Channel) -> Result<(), String> {
+    let durable = ExchangeDeclareOptions {
+        durable: true,
+        ..ExchangeDeclareOptions::default()
+    };
+    for (name, kind) in [
+        (INBOX_EXCHANGE, ExchangeKind::Direct),
+        (CTL_EXCHANGE, ExchangeKind::Direct),
+        (ROSTER_EXCHANGE, ExchangeKind::Topic),
+    ] {
+        channel
+            .exchange_declare(name.into(), kind, durable, FieldTable::default())
+            .await
+            .map_err(|e| format!("declare exchange `{name}`: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Declares a durable inbox-style queue (see [`inbox_arguments`]) and binds it from `exchange`
+/// with `key` (idempotent).
+pub async fn declare_bound_queue(
+    channel: &Channel,
+    queue: &str,
+    exchange: &str,
+    key: &str,
+    arguments: FieldTable,
+) -> Result<(), String> {
+    let options = QueueDeclareOptions {
+        durable: true,
+        ..QueueDeclareOptions::default()
+    };
+    channel
+        .queue_declare(queue.into(), options, arguments)
+        .await
+        .map_err(|e| format!("declare queue `{queue}`: {e}"))?;
+    channel
+        .queue_bind(
+            queue.into(),
+            exchange.into(),
+            key.into(),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .map_err(|e| format!("bind `{queue}`: {e}"))
 }
