@@ -1,0 +1,74 @@
+//! Credentials in URL userinfo, for every scheme.
+
+use super::value::*;
+use super::*;
+
+/// Longest userinfo examined after `://`.
+const MAX_AUTHORITY: usize = 512;
+
+pub(super) fn url_userinfo(scan: &mut Scan<'_>, start: usize) -> Outcome {
+    let mut scheme = start;
+    while scheme > 0
+        && scan
+            .before(scheme)
+            .is_some_and(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'.' | b'-'))
+        && start - scheme < 32
+    {
+        scheme -= 1;
+    }
+    if scheme == start {
+        return Outcome::Skip;
+    }
+    let from = start + 3;
+    let limit = (from + MAX_AUTHORITY).min(scan.text.len());
+    let stop = (from..limit)
+        .find(|&i| {
+            scan.at(i)
+                .is_some_and(|b| is_space(b) || matches!(b, b'"' | b'\'' | b'<' | b'>' | b'`'))
+        })
+        .unwrap_or(limit);
+    let window = scan.bytes(from, stop);
+    let Some(at) = memchr::memrchr(b'@', window).map(|n| from + n) else {
+        let pathless = !window.contains(&b'/');
+        if scan.cut(stop) && pathless {
+            return Outcome::NeedMore(scheme);
+        }
+        return Outcome::Skip;
+    };
+    if scan.cut(stop) && !scan.bytes(at, stop).contains(&b'/') {
+        // The host part is still arriving; an `@` later on would move the split.
+        return Outcome::NeedMore(scheme);
+    }
+    let userinfo = scan.bytes(from, at);
+    let Some(colon) = memchr::memchr(b':', userinfo).map(|n| from + n) else {
+        if token_like(userinfo) && !userinfo.contains(&b'/') {
+            scan.push(from, at, "url-credential");
+            return Outcome::Consumed(at);
+        }
+        return Outcome::Skip;
+    };
+    if scan.bytes(from, colon).contains(&b'/') {
+        return Outcome::Skip;
+    }
+    let password = scan.bytes(colon + 1, at);
+    if let Some(slash) = memchr::memchr(b'/', password) {
+        // `host:8080/path/@x` is a port and a path, not a password.
+        let port = password.get(..slash).unwrap_or_default();
+        if !port.is_empty() && port.iter().all(u8::is_ascii_digit) {
+            return Outcome::Skip;
+        }
+    }
+    if placeholder(password) {
+        return Outcome::Consumed(at);
+    }
+    scan.push(colon + 1, at, "password");
+    Outcome::Consumed(at)
+}
+
+/// A value that looks generated rather than chosen: long, and not a plain word.
+pub(super) fn token_like(value: &[u8]) -> bool {
+    value.len() >= 20
+        && value.iter().all(|&b| is_token(b) || b == b'.')
+        && value.iter().any(u8::is_ascii_digit)
+        && value.iter().any(u8::is_ascii_alphabetic)
+}
