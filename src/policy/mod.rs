@@ -95,57 +95,44 @@ pub fn load_sources(
         grant_profiles.push((path.as_path(), text.as_str(), items.profile_refs));
         defined.extend(items.profile_names);
         for (profile, span) in items.profiles {
-            if let Some((first, _, _)) = profile_sites.get(&profile.name) {
-                diagnostics.push(
-                    Diagnostic::new(
-                        Severity::Error,
-                        "duplicate-id",
-                        path,
-                        text,
-                        span,
-                        format!("profile `{}` is defined twice", profile.name),
-                    )
-                    .with_help(format!("first defined in {}", first.display())),
-                );
+            let first = profile_sites
+                .get(&profile.name)
+                .map(|(p, _, _)| p.display().to_string());
+            if let Some(first) = first {
+                let message = format!("profile `{}` is defined twice", profile.name);
+                diagnostics.push(duplicate(
+                    path,
+                    text,
+                    span,
+                    message,
+                    format!("first defined in {first}"),
+                ));
                 continue;
             }
             profile_sites.insert(profile.name.clone(), (path.clone(), text.clone(), span));
             set.profiles.insert(profile.name.clone(), profile);
         }
         for (grant, spans) in items.grants {
-            if let Some(first) = rule_sites.get(grant.id.as_str()) {
-                diagnostics.push(
-                    Diagnostic::new(
-                        Severity::Error,
-                        "duplicate-id",
-                        path,
-                        text,
-                        spans.id.clone(),
-                        format!("rule id `{}` is used twice", grant.id),
-                    )
-                    .with_help(format!("first used at {first}")),
-                );
+            if let Some(d) = claim_rule_id(
+                &mut rule_sites,
+                &grant.id,
+                &grant.location,
+                path,
+                text,
+                spans.id,
+            ) {
+                diagnostics.push(d);
                 continue;
             }
-            rule_sites.insert(grant.id.0.clone(), grant.location.clone());
             set.grants.push(grant);
         }
         for (deny, span) in items.denies {
-            if let Some(first) = rule_sites.get(deny.id.as_str()) {
-                diagnostics.push(
-                    Diagnostic::new(
-                        Severity::Error,
-                        "duplicate-id",
-                        path,
-                        text,
-                        span,
-                        format!("rule id `{}` is used twice", deny.id),
-                    )
-                    .with_help(format!("first used at {first}")),
-                );
+            if let Some(d) =
+                claim_rule_id(&mut rule_sites, &deny.id, &deny.location, path, text, span)
+            {
+                diagnostics.push(d);
                 continue;
             }
-            rule_sites.insert(deny.id.0.clone(), deny.location.clone());
             set.denies.push(deny);
         }
     }
@@ -159,6 +146,39 @@ pub fn load_sources(
         return (Err(LoadError::Invalid { count }), diagnostics);
     }
     (Ok(set), diagnostics)
+}
+
+/// Records `id` as used at `location`; a diagnostic when it was used before.
+fn claim_rule_id(
+    sites: &mut BTreeMap<String, Location>,
+    id: &RuleId,
+    location: &Location,
+    path: &Path,
+    text: &str,
+    span: std::ops::Range<usize>,
+) -> Option<Diagnostic> {
+    if let Some(first) = sites.get(id.as_str()) {
+        let message = format!("rule id `{id}` is used twice");
+        return Some(duplicate(
+            path,
+            text,
+            span,
+            message,
+            format!("first used at {first}"),
+        ));
+    }
+    sites.insert(id.as_str().to_owned(), location.clone());
+    None
+}
+
+fn duplicate(
+    path: &Path,
+    text: &str,
+    span: std::ops::Range<usize>,
+    message: String,
+    help: String,
+) -> Diagnostic {
+    Diagnostic::new(Severity::Error, "duplicate-id", path, text, span, message).with_help(help)
 }
 
 /// The profile names one file's grants refer to.
