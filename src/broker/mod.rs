@@ -2,13 +2,17 @@
 //! fleet topology, the least-privilege grants an operator applies, and the contract suite that
 //! proves a fleet credential's capabilities — and its isolation from other fleets' vhosts.
 //!
-//! Imports: `secret` (the broker URI). Never `pane`, `roster` or routing.
+//! Imports: `secret` (the broker URI), `wire` (envelopes), `state` (outbox, replay, dedupe).
+//! Never `pane`, `roster` or routing.
 
 mod apply;
 mod connect;
 pub mod contract;
+pub mod envelope;
 pub mod grants;
+pub mod inbound;
 pub mod link;
+pub mod publish;
 pub mod topology;
 
 pub use apply::{ApplyError, apply};

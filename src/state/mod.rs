@@ -157,6 +157,44 @@ impl StateStore {
         })
     }
 
+    /// Takes an inbound message in one transaction: unless (key id, message id) or the message id
+    /// was seen before, records both and holds `record` for local delivery. `false`: a duplicate
+    /// (a redelivery or a replay) — acknowledge it and drop it.
+    pub fn accept_inbound(
+        &self,
+        key_id: &str,
+        id: Uuid,
+        expires_ms: i64,
+        now_ms: i64,
+        record: &[u8],
+    ) -> Result<bool, StateError> {
+        let mut replay_key = key_id.as_bytes().to_vec();
+        replay_key.push(0);
+        replay_key.extend_from_slice(id.as_bytes());
+        let limit = self.limits.max_held;
+        let outcome = self.write("accept inbound", |txn| {
+            let mut replay = txn.open_table(REPLAY)?;
+            let mut dedupe = txn.open_table(DEDUPE)?;
+            if replay.get(replay_key.as_slice())?.is_some()
+                || dedupe.get(id.as_bytes().as_slice())?.is_some()
+            {
+                return Ok(Some(false));
+            }
+            let mut held = txn.open_table(HELD)?;
+            if held.len()? >= limit {
+                return Ok(None);
+            }
+            replay.insert(replay_key.as_slice(), expires_ms)?;
+            dedupe.insert(id.as_bytes().as_slice(), now_ms)?;
+            held.insert(id.as_bytes().as_slice(), record)?;
+            Ok(Some(true))
+        })?;
+        outcome.ok_or(StateError::Full {
+            what: "held store",
+            limit,
+        })
+    }
+
     /// Keeps `record` until [`StateStore::outbox_remove`] (its publish was confirmed).
     pub fn outbox_put(&self, id: Uuid, record: &[u8]) -> Result<(), StateError> {
         self.put(OUTBOX, "outbox", self.limits.max_outbox, id, record)

@@ -17,7 +17,9 @@ pub use body::{
     PresenceBeat, SpawnOutcome, SpawnReply, SpawnRequest,
 };
 pub use key::{HostKey, KeyError, PinnedKeys, PublicKey};
-pub use seal::{MemoryReplayCache, Refusal, ReplayCache, Sealed, Window, seal, verify};
+pub use seal::{
+    MemoryReplayCache, Refusal, ReplayCache, Sealed, Window, seal, verify, verify_authentic,
+};
 
 use uuid::Uuid;
 
@@ -38,17 +40,22 @@ pub struct Party {
 }
 
 /// What an envelope carries.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum Kind {
     /// A message to an agent.
+    #[serde(rename = "agent.message")]
     AgentMessage,
     /// A request to launch a profile.
+    #[serde(rename = "spawn.request")]
     SpawnRequest,
     /// The outcome of a spawn request.
+    #[serde(rename = "spawn.reply")]
     SpawnReply,
     /// A roster heartbeat.
+    #[serde(rename = "presence.beat")]
     PresenceBeat,
     /// A delivery state report.
+    #[serde(rename = "delivery.receipt")]
     DeliveryReceipt,
 }
 
@@ -79,7 +86,7 @@ impl Kind {
 }
 
 /// Everything about an envelope except its body and signature.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Meta {
     /// Envelope version.
     pub version: u32,

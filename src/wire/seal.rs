@@ -131,6 +131,26 @@ pub fn verify(
     window: Window,
     replay: &mut dyn ReplayCache,
 ) -> Result<Payload, Refusal> {
+    let payload = verify_authentic(sealed, pins, window)?;
+    let meta = &sealed.meta;
+    if !replay.insert_new(
+        &meta.key_id,
+        meta.id,
+        meta.expires_ms.saturating_add(window.skew_ms),
+    ) {
+        return Err(Refusal::Replayed);
+    }
+    Ok(payload)
+}
+
+/// Everything [`verify`] checks except the replay cache: for a receiver that records the replay
+/// entry in the same durable transaction as the hand-off, so a crash between the two cannot lose
+/// a message that was already marked seen.
+pub fn verify_authentic(
+    sealed: &Sealed,
+    pins: &PinnedKeys,
+    window: Window,
+) -> Result<Payload, Refusal> {
     let meta = &sealed.meta;
     if meta.version != VERSION {
         return Err(Refusal::Version(meta.version));
@@ -158,15 +178,7 @@ pub fn verify(
     if meta.expires_ms <= window.now_ms || meta.expires_ms < meta.created_ms {
         return Err(Refusal::Expired);
     }
-    let payload = Payload::decode(meta.kind, &sealed.body).map_err(Refusal::Malformed)?;
-    if !replay.insert_new(
-        &meta.key_id,
-        meta.id,
-        meta.expires_ms.saturating_add(window.skew_ms),
-    ) {
-        return Err(Refusal::Replayed);
-    }
-    Ok(payload)
+    Payload::decode(meta.kind, &sealed.body).map_err(Refusal::Malformed)
 }
 
 /// The signed bytes: each field length-prefixed (no separator ambiguity), then SHA-256(body).

@@ -1,0 +1,148 @@
+//! Sealed envelopes on the wire: metadata in AMQP properties and `fleetd-*` headers, the JSON body
+//! as the message body. Also the outbox record that keeps an envelope until it is confirmed.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use lapin::BasicProperties;
+use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
+use uuid::Uuid;
+
+use crate::wire::{Kind, Meta, Party, Sealed};
+
+const H_VERSION: &str = "fleetd-v";
+const H_ORIGIN_FLEET: &str = "fleetd-origin-fleet";
+const H_ORIGIN_HOST: &str = "fleetd-origin-host";
+const H_DEST_FLEET: &str = "fleetd-dest-fleet";
+const H_DEST_HOST: &str = "fleetd-dest-host";
+const H_KEY_ID: &str = "fleetd-key-id";
+const H_CREATED: &str = "fleetd-created";
+const H_EXPIRES: &str = "fleetd-expires";
+const H_SIGNATURE: &str = "fleetd-sig";
+
+/// The AMQP properties of `sealed` published by fleet user `user`: persistent, message id,
+/// type, validated `user_id`, and the envelope metadata and signature as headers.
+pub fn properties(sealed: &Sealed, user: &str) -> BasicProperties {
+    let meta = &sealed.meta;
+    let mut headers = FieldTable::default();
+    let mut text = |name: &str, value: &str| {
+        headers.insert(
+            ShortString::from(name),
+            AMQPValue::LongString(LongString::from(value)),
+        );
+    };
+    text(H_ORIGIN_FLEET, &meta.origin.fleet);
+    text(H_ORIGIN_HOST, &meta.origin.host);
+    text(H_DEST_FLEET, &meta.dest.fleet);
+    text(H_DEST_HOST, &meta.dest.host);
+    text(H_KEY_ID, &meta.key_id);
+    text(H_SIGNATURE, &STANDARD.encode(sealed.signature));
+    headers.insert(
+        ShortString::from(H_VERSION),
+        AMQPValue::LongLongInt(i64::from(meta.version)),
+    );
+    headers.insert(
+        ShortString::from(H_CREATED),
+        AMQPValue::LongLongInt(meta.created_ms),
+    );
+    headers.insert(
+        ShortString::from(H_EXPIRES),
+        AMQPValue::LongLongInt(meta.expires_ms),
+    );
+    BasicProperties::default()
+        .with_delivery_mode(2)
+        .with_message_id(ShortString::from(meta.id.to_string()))
+        .with_type(ShortString::from(meta.kind.as_str()))
+        .with_user_id(ShortString::from(user))
+        .with_app_id(ShortString::from("fleetd"))
+        .with_timestamp(u64::try_from(meta.created_ms / 1000).unwrap_or(0))
+        .with_headers(headers)
+}
+
+/// Reads an envelope back from a delivery's properties and body. The reason names the field.
+pub fn from_delivery(properties: &BasicProperties, body: &[u8]) -> Result<Sealed, String> {
+    let id = properties
+        .message_id()
+        .as_ref()
+        .and_then(|id| Uuid::parse_str(id.as_str()).ok())
+        .ok_or("missing or malformed message_id")?;
+    let kind = properties
+        .kind()
+        .as_ref()
+        .and_then(|k| Kind::parse(k.as_str()))
+        .ok_or("missing or unknown type")?;
+    let headers = properties.headers().as_ref().ok_or("no fleetd headers")?;
+    let text = |name: &str| -> Result<String, String> {
+        match headers.inner().get(name) {
+            Some(AMQPValue::LongString(s)) => String::from_utf8(s.as_bytes().to_vec())
+                .map_err(|_| format!("header `{name}` is not UTF-8")),
+            _ => Err(format!("header `{name}` is missing")),
+        }
+    };
+    let number = |name: &str| -> Result<i64, String> {
+        match headers.inner().get(name) {
+            Some(AMQPValue::LongLongInt(n)) => Ok(*n),
+            _ => Err(format!("header `{name}` is missing")),
+        }
+    };
+    let signature: [u8; 64] = STANDARD
+        .decode(text(H_SIGNATURE)?)
+        .ok()
+        .and_then(|bytes| bytes.try_into().ok())
+        .ok_or("header `fleetd-sig` is malformed")?;
+    Ok(Sealed {
+        meta: Meta {
+            version: u32::try_from(number(H_VERSION)?)
+                .map_err(|_| "header `fleetd-v` is out of range")?,
+            id,
+            kind,
+            origin: Party {
+                fleet: text(H_ORIGIN_FLEET)?,
+                host: text(H_ORIGIN_HOST)?,
+            },
+            dest: Party {
+                fleet: text(H_DEST_FLEET)?,
+                host: text(H_DEST_HOST)?,
+            },
+            key_id: text(H_KEY_ID)?,
+            created_ms: number(H_CREATED)?,
+            expires_ms: number(H_EXPIRES)?,
+        },
+        body: body.to_vec(),
+        signature,
+    })
+}
+
+/// An envelope waiting for its publisher confirm, with where it goes.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub(super) struct OutboxRecord {
+    /// The vhost it is published in.
+    pub(super) vhost: String,
+    /// The exchange.
+    pub(super) exchange: String,
+    /// The routing key.
+    pub(super) key: String,
+    meta: Meta,
+    body: String,
+    signature: String,
+}
+
+impl OutboxRecord {
+    pub(super) fn new(vhost: &str, exchange: &str, key: &str, sealed: &Sealed) -> OutboxRecord {
+        OutboxRecord {
+            vhost: vhost.to_owned(),
+            exchange: exchange.to_owned(),
+            key: key.to_owned(),
+            meta: sealed.meta.clone(),
+            body: STANDARD.encode(&sealed.body),
+            signature: STANDARD.encode(sealed.signature),
+        }
+    }
+
+    pub(super) fn sealed(&self) -> Option<Sealed> {
+        Some(Sealed {
+            meta: self.meta.clone(),
+            body: STANDARD.decode(&self.body).ok()?,
+            signature: STANDARD.decode(&self.signature).ok()?.try_into().ok()?,
+        })
+    }
+}
