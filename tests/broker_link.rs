@@ -95,6 +95,24 @@ fn a_daemon_started_while_the_broker_is_down_connects_when_it_comes_back() {
     );
 
     let dir = tempfile::tempdir().unwrap();
+    let credentials = dir.path().join("credentials");
+    std::fs::create_dir(&credentials).unwrap();
+    let key = Command::new(BIN)
+        .args([
+            "key",
+            "init",
+            "--credential-file",
+            credentials.join("host-key").to_str().unwrap(),
+        ])
+        .env("HOME", dir.path())
+        .env("XDG_CONFIG_HOME", dir.path().join("config"))
+        .output()
+        .unwrap();
+    assert!(
+        key.status.success(),
+        "key init: {}",
+        String::from_utf8_lossy(&key.stderr)
+    );
     let config = dir.path().join("fleetd.toml");
     std::fs::write(
         &config,
@@ -104,7 +122,7 @@ fn a_daemon_started_while_the_broker_is_down_connects_when_it_comes_back() {
     ctl(&["-q", "stop_app"]);
     let mut child = Command::new(BIN)
         .args(["--config", config.to_str().unwrap(), "run"])
-        .env_remove("CREDENTIALS_DIRECTORY")
+        .env("CREDENTIALS_DIRECTORY", &credentials)
         .env("HOME", dir.path())
         .env("XDG_CONFIG_HOME", dir.path().join("config"))
         .env("XDG_STATE_HOME", dir.path().join("state"))

@@ -97,6 +97,14 @@ fn store_in_keyring(canaries: &Canaries, dir: &Path) {
 fn setup(canaries: &Canaries) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("credentials")).unwrap();
+    let key = dir.path().join("credentials/host-key");
+    let init = fleetd(
+        &["key", "init", "--credential-file", key.to_str().unwrap()],
+        dir.path(),
+    )
+    .output()
+    .unwrap();
+    assert!(init.status.success(), "key init: {}", text(&init));
     std::fs::write(
         dir.path().join("credentials/cred-canary"),
         &canaries.credential,

@@ -3,13 +3,17 @@
 //! in-flight confirms). After every (re)connect the topology is declared again, idempotently. An
 //! unreachable broker is a degraded state, never an exit; state changes are logged, not attempts.
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures_lite::StreamExt;
+use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions};
+use lapin::types::FieldTable;
 use lapin::{Connection, Event};
 use tokio::sync::watch;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
+use super::inbound::{Accepted, Inbound, InboundRefusal};
 use super::topology::{self, CTL_EXCHANGE, QueueType};
 use super::{ConnectError, connect};
 use crate::secret::BrokerUri;
@@ -51,6 +55,9 @@ impl std::fmt::Display for LinkStatus {
     }
 }
 
+/// Deliveries in flight per consumer (set explicitly: LavinMQ would default to 65535).
+const PREFETCH: u16 = 32;
+
 /// How the link behaves.
 #[derive(Clone, Debug)]
 pub struct LinkSettings {
@@ -60,12 +67,15 @@ pub struct LinkSettings {
     pub backoff_cap: Duration,
     /// Classic or quorum queues.
     pub queue_type: QueueType,
+    /// Origin fleets whose ingress exchange the control queue is bound to (key `ctl.HOST`).
+    pub admit: Vec<String>,
 }
 
 /// Keeps a connection up until `stop` turns true; publishes its status on `status`.
 pub async fn supervise(
     uri: BrokerUri,
     settings: LinkSettings,
+    inbound: Arc<Inbound>,
     status: watch::Sender<LinkStatus>,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -79,7 +89,7 @@ pub async fn supervise(
                 Ok(()) => {
                     failures = 0;
                     set(&status, LinkStatus::Up { since: now_ms() });
-                    let lost = wait_until_lost(&connection, &mut stop).await;
+                    let lost = serve(&connection, &settings, &inbound, &mut stop).await;
                     if lost.is_none() {
                         let _ = connection.close(200, "fleetd stopping".into()).await;
                         return;
@@ -141,33 +151,105 @@ async fn declare(connection: &Connection, settings: &LinkSettings) -> Result<(),
     topology::declare_exchanges(&channel).await?;
     let queue = format!("gw.{}.ctl", settings.host);
     let arguments = topology::inbox_arguments(settings.queue_type, topology::DEFAULT_MAX_LENGTH);
-    topology::declare_bound_queue(&channel, &queue, CTL_EXCHANGE, &settings.host, arguments)
-        .await?;
+    topology::declare_bound_queue(
+        &channel,
+        &queue,
+        CTL_EXCHANGE,
+        &settings.host,
+        arguments.clone(),
+    )
+    .await?;
+    let key = format!("ctl.{}", settings.host);
+    for origin in &settings.admit {
+        // The admin declares `x.in.ORIGIN` (`fleetd broker grants --admit`); binding needs read on
+        // it and write on the queue, both in the own fleet's grant.
+        let exchange = topology::ingress_exchange(origin);
+        topology::declare_bound_queue(&channel, &queue, &exchange, &key, arguments.clone()).await?;
+    }
     let _ = channel.close(200, "declared".into()).await;
     Ok(())
 }
 
-/// Waits for the connection to fail (`Some(reason)`) or for the stop signal (`None`).
-async fn wait_until_lost(
+/// Consumes the control queue, taking every delivery in through `inbound`, until the
+/// connection fails or the consumer is cancelled (`Some(reason)`: reconnect, re-declare,
+/// re-consume) or the stop signal arrives (`None`).
+async fn serve(
     connection: &Connection,
+    settings: &LinkSettings,
+    inbound: &Inbound,
     stop: &mut watch::Receiver<bool>,
 ) -> Option<String> {
+    let queue = format!("gw.{}.ctl", settings.host);
+    let consumer = async {
+        let channel = connection
+            .create_channel()
+            .await
+            .map_err(|e| e.to_string())?;
+        channel
+            .basic_qos(PREFETCH, BasicQosOptions::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        channel
+            .basic_consume(
+                queue.as_str().into(),
+                "fleetd-ctl".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .map_err(|e| format!("consume `{queue}`: {e}"))
+    };
+    let mut consumer = match consumer.await {
+        Ok(consumer) => consumer,
+        Err(reason) => return Some(reason),
+    };
     let mut events = connection.events_listener();
-    let mut tick = tokio::time::interval(Duration::from_secs(2));
     loop {
         tokio::select! {
+            delivery = consumer.next() => match delivery {
+                Some(Ok(delivery)) => take_in(inbound, delivery).await,
+                Some(Err(error)) => return Some(error.to_string()),
+                None => return Some("the broker cancelled the consumer".to_owned()),
+            },
             event = events.next() => match event {
                 Some(Event::Error(error)) => return Some(error.to_string()),
                 Some(_) => {}
                 None => return Some("the connection ended".to_owned()),
             },
-            _ = tick.tick() => {
-                if !connection.status().connected() {
-                    return Some("the connection closed".to_owned());
-                }
-            }
             _ = stop.changed() => return None,
         }
+    }
+}
+
+/// Checks one delivery and acknowledges it — unless it could not be recorded, in which case it
+/// stays unacknowledged and is redelivered. Never rejected with `requeue=false`.
+async fn take_in(inbound: &Inbound, delivery: lapin::message::Delivery) {
+    let outcome = inbound.accept(
+        delivery.exchange.as_str(),
+        &delivery.properties,
+        &delivery.data,
+        now_ms(),
+    );
+    match &outcome {
+        Ok(Accepted::New(accepted)) => {
+            let (meta, _) = accepted.as_ref();
+            info!(msg.id = %meta.id, msg.kind = meta.kind.as_str(), origin.fleet = %meta.origin.fleet, origin.host = %meta.origin.host, "message taken in");
+        }
+        Ok(Accepted::Duplicate(id)) => debug!(msg.id = %id, "duplicate message dropped"),
+        Err(InboundRefusal::State(error)) => {
+            warn!(%error, "cannot record an inbound message; leaving it for redelivery");
+            return;
+        }
+        Err(refusal) => {
+            warn!(reason = %refusal, exchange = %delivery.exchange, "message refused and dropped")
+        }
+    }
+    match delivery.ack(BasicAckOptions::default()).await {
+        Ok(true) => {}
+        Ok(false) => debug!(
+            "ack not sent (channel closing); the message will be redelivered and deduplicated"
+        ),
+        Err(error) => warn!(%error, "ack failed; the message will be redelivered and deduplicated"),
     }
 }
 

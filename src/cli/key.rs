@@ -10,12 +10,9 @@ use clap::Subcommand;
 use secrecy::ExposeSecret;
 
 use super::{Output, exit};
-use crate::config::Config;
+use crate::config::{Config, HOST_KEY};
 use crate::secret::{self, SecretName, SecretSpec};
 use crate::wire::HostKey;
-
-/// The secret name of the host key.
-pub(super) const HOST_KEY: &str = "host-key";
 
 /// `fleetd key …`.
 #[derive(Debug, Subcommand)]

@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 
 use crate::broker::topology::QueueType;
 use crate::secret::{BROKER_URI, SecretName, SecretSpec};
+use crate::wire::PinnedKeys;
 
 pub use diag::Diagnostic;
 
@@ -51,6 +52,10 @@ pub struct BrokerSettings {
     pub backoff_cap: std::time::Duration,
     /// `classic` (default; single node, LavinMQ) or `quorum` (RabbitMQ cluster).
     pub queue_type: QueueType,
+    /// Origin fleets whose ingress exchange (`x.in.O`) this host's control queue is bound to.
+    pub admit: Vec<String>,
+    /// Allowed distance between an envelope's `created` and now (`broker.skew_secs`, default 120).
+    pub skew: std::time::Duration,
 }
 
 impl Default for BrokerSettings {
@@ -59,6 +64,8 @@ impl Default for BrokerSettings {
             uri_env: None,
             backoff_cap: std::time::Duration::from_secs(30),
             queue_type: QueueType::Classic,
+            admit: Vec::new(),
+            skew: std::time::Duration::from_secs(120),
         }
     }
 }
@@ -95,6 +102,8 @@ pub struct Config {
     pub log_level: String,
     /// Secrets this host resolves at start, in order.
     pub secrets: Vec<SecretSpec>,
+    /// Peer host keys pinned by (fleet, host): the only signatures accepted.
+    pub peers: PinnedKeys,
 }
 
 /// Errors from loading the configuration.
@@ -166,6 +175,7 @@ impl Config {
             log_format: LogFormat::Text,
             log_level: "info".to_owned(),
             secrets: Vec::new(),
+            peers: PinnedKeys::default(),
         }
     }
 }
@@ -218,7 +228,11 @@ pub fn hostname() -> String {
     }
 }
 
-/// The secrets a config asks for: the broker URI (when `broker.uriEnv` is set) first.
+/// The secret name of this host's signing key.
+pub const HOST_KEY: &str = "host-key";
+
+/// The secrets a config asks for: with a broker, its URI (from `broker.uriEnv`) and this host's
+/// signing key first.
 fn secret_specs(uri_env: Option<&String>, extra: Vec<SecretSpec>) -> Vec<SecretSpec> {
     let mut specs = Vec::new();
     if let (Some(var), Ok(name)) = (uri_env, SecretName::new(BROKER_URI)) {
@@ -226,6 +240,9 @@ fn secret_specs(uri_env: Option<&String>, extra: Vec<SecretSpec>) -> Vec<SecretS
             name,
             env: Some(var.clone()),
         });
+        if let Ok(name) = SecretName::new(HOST_KEY) {
+            specs.push(SecretSpec { name, env: None });
+        }
     }
     specs.extend(extra);
     specs

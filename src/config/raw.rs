@@ -14,6 +14,7 @@ use super::{Config, LogFormat, Multiplexer, Paths, secret_specs};
 use crate::broker::topology::QueueType;
 use crate::scrub;
 use crate::secret::{SecretName, SecretSpec};
+use crate::wire::PublicKey;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -26,6 +27,16 @@ struct RawConfig {
     log: Option<RawLog>,
     #[serde(default)]
     secrets: BTreeMap<Spanned<String>, RawSecret>,
+    #[serde(default)]
+    peer: Vec<RawPeer>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPeer {
+    fleet: Spanned<String>,
+    host: Spanned<String>,
+    pubkey: Spanned<String>,
 }
 
 #[derive(Deserialize)]
@@ -35,6 +46,9 @@ struct RawBroker {
     uri_env: Option<Spanned<String>>,
     backoff_cap_secs: Option<Spanned<u64>>,
     queue_type: Option<RawQueueType>,
+    #[serde(default)]
+    admit: Vec<Spanned<String>>,
+    skew_secs: Option<Spanned<u64>>,
 }
 
 #[derive(Deserialize)]
@@ -178,6 +192,25 @@ fn check(raw: RawConfig, path: &Path, text: &str) -> Result<Config, Vec<Diagnost
             }
             config.broker.backoff_cap = std::time::Duration::from_secs(*cap.get_ref());
         }
+        for origin in broker.admit {
+            if !valid_label(origin.get_ref(), false) {
+                bad(
+                    origin.span(),
+                    "`broker.admit` lists fleet names (lowercase letters, digits, `_`, `-`)"
+                        .to_owned(),
+                );
+            }
+            config.broker.admit.push(origin.into_inner());
+        }
+        if let Some(skew) = broker.skew_secs {
+            if !(1..=3600).contains(skew.get_ref()) {
+                bad(
+                    skew.span(),
+                    "`broker.skew_secs` must be from 1 to 3600".to_owned(),
+                );
+            }
+            config.broker.skew = std::time::Duration::from_secs(*skew.get_ref());
+        }
         if let Some(queue_type) = broker.queue_type {
             config.broker.queue_type = match queue_type {
                 RawQueueType::Classic => QueueType::Classic,
@@ -225,6 +258,21 @@ fn check(raw: RawConfig, path: &Path, text: &str) -> Result<Config, Vec<Diagnost
         extra.push(SecretSpec { name: checked, env });
     }
     config.secrets = secret_specs(config.broker.uri_env.as_ref(), extra);
+    for peer in raw.peer {
+        match PublicKey::parse(peer.pubkey.get_ref()) {
+            Ok(key) => config
+                .peers
+                .pin(peer.fleet.get_ref(), peer.host.get_ref(), key),
+            Err(_) => bad(
+                peer.pubkey.span(),
+                format!(
+                    "`peer.pubkey` of `{}/{}` is not an ed25519 public key (`ed25519:` and 32 bytes of base64; `fleetd key show` prints it)",
+                    peer.fleet.get_ref(),
+                    peer.host.get_ref()
+                ),
+            ),
+        }
+    }
     if diagnostics.is_empty() {
         Ok(config)
     } else {

@@ -35,7 +35,7 @@ env = "GH_TOKEN"
     assert_eq!(config.log_format, LogFormat::Json);
     assert_eq!(config.broker.uri_env.as_deref(), Some("FLEETD_AMQP_URI"));
     let names: Vec<&str> = config.secrets.iter().map(|s| s.name.as_str()).collect();
-    assert_eq!(names, ["broker-uri", "github-token"]);
+    assert_eq!(names, ["broker-uri", "host-key", "github-token"]);
 }
 
 #[test]
@@ -85,4 +85,26 @@ fn defaults_are_single_host() {
     let config = Config::defaults();
     assert!(config.fleet.is_none() && config.broker.uri_env.is_none() && config.secrets.is_empty());
     assert!(!config.host.is_empty());
+}
+
+#[test]
+fn broker_admits_skew_and_peer_pins_load() {
+    let key = crate::wire::HostKey::generate().unwrap().0;
+    let config = parse(&format!(
+        "fleet = \"fleet01\"\n[broker]\nuriEnv = \"U\"\nadmit = [\"mac\"]\nskew_secs = 60\nqueue_type = \"quorum\"\n[[peer]]\nfleet = \"mac\"\nhost = \"laptop\"\npubkey = \"{}\"\n",
+        key.public()
+    ))
+    .unwrap();
+    assert_eq!(config.broker.admit, ["mac"]);
+    assert_eq!(config.broker.skew, std::time::Duration::from_secs(60));
+    assert_eq!(config.peers.key("mac", "laptop"), Some(key.public()));
+    let errors = parse("[[peer]]\nfleet = \"mac\"\nhost = \"laptop\"\npubkey = \"ed25519:nope\"\n")
+        .unwrap_err();
+    assert!(
+        errors[0]
+            .to_string()
+            .contains("is not an ed25519 public key"),
+        "{}",
+        errors[0]
+    );
 }

@@ -17,9 +17,15 @@ use tokio::task::JoinSet;
 use tracing::{info, warn};
 
 use self::policy::PolicyHandle;
+use std::sync::Arc;
+
+use crate::broker::inbound::Inbound;
 use crate::broker::link::{self, LinkSettings, LinkStatus};
 use crate::config::Config;
+use crate::config::HOST_KEY;
 use crate::secret::{BROKER_URI, BrokerUri, Resolved, hardening_state};
+use crate::state::{Limits, StateStore};
+use crate::wire::HostKey;
 
 /// Errors that stop the daemon.
 #[derive(Debug, thiserror::Error)]
@@ -30,6 +36,18 @@ pub enum RunError {
     /// The broker URI secret does not parse.
     #[error("the broker uri secret is not a valid amqp uri")]
     BrokerUri(#[source] crate::secret::UriError),
+    /// A broker is configured without `fleet`.
+    #[error("a broker is configured but `fleet` is not: set the fleet (its vhost and user)")]
+    NoFleet,
+    /// A broker is configured without a host key.
+    #[error("no host key: `fleetd key init` creates one")]
+    NoHostKey,
+    /// The host key secret is malformed.
+    #[error("the host key is unusable")]
+    HostKey(#[source] crate::wire::KeyError),
+    /// The state store could not be opened.
+    #[error("cannot open the state store")]
+    State(#[source] crate::state::StateError),
 }
 
 /// Runs until SIGTERM or SIGINT.
@@ -50,13 +68,36 @@ pub async fn run(
                 broker.vhost = %uri.vhost,
                 "connecting to the broker (routing and roster arrive with the rest of issue 4)"
             );
+            let fleet = config.fleet.clone().ok_or(RunError::NoFleet)?;
+            let key = secrets
+                .iter()
+                .find(|s| s.name.as_str() == HOST_KEY)
+                .ok_or(RunError::NoHostKey)
+                .and_then(|s| HostKey::from_secret(&s.value).map_err(RunError::HostKey))?;
+            info!(key.id = %key.public().key_id(), "host key loaded");
+            let state = StateStore::open(&config.paths.state, Limits::default())
+                .map_err(RunError::State)?;
+            let skew_ms = i64::try_from(config.broker.skew.as_millis()).unwrap_or(i64::MAX);
+            let inbound = Arc::new(Inbound::new(
+                &fleet,
+                config.peers.clone(),
+                skew_ms,
+                Arc::new(state),
+            ));
             let settings = LinkSettings {
                 host: config.host.clone(),
                 backoff_cap: config.broker.backoff_cap,
                 queue_type: config.broker.queue_type,
+                admit: config.broker.admit.clone(),
             };
             let (status, receiver) = watch::channel(LinkStatus::Starting);
-            tasks.spawn(link::supervise(uri, settings, status, stopped.clone()));
+            tasks.spawn(link::supervise(
+                uri,
+                settings,
+                inbound,
+                status,
+                stopped.clone(),
+            ));
             Some(receiver)
         }
         None => {

@@ -124,7 +124,7 @@ impl fmt::Display for PublicKey {
 }
 
 /// Public keys pinned per (fleet, host): the only keys whose signatures are accepted.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PinnedKeys {
     keys: BTreeMap<(String, String), PublicKey>,
 }
