@@ -18,7 +18,7 @@ use uuid::Uuid;
 
 use super::envelope::from_delivery;
 use crate::state::{StateError, StateStore};
-use crate::wire::{Meta, Payload, PinnedKeys, Refusal, Window, verify_authentic};
+use crate::wire::{Meta, Payload, PinnedKeys, PresenceBeat, Refusal, Window, verify_authentic};
 
 /// What happened to an accepted delivery.
 #[derive(Debug, PartialEq, Eq)]
@@ -73,24 +73,32 @@ pub struct Inbound {
 }
 
 impl Inbound {
-    /// Checks for fleet `own_fleet` with `pins`, a `skew_ms` window and `state`.
-    pub fn new(own_fleet: &str, pins: PinnedKeys, skew_ms: i64, state: Arc<StateStore>) -> Inbound {
-        Inbound {
-            own_fleet: own_fleet.to_owned(),
-            pins,
-            skew_ms,
-            state,
-        }
-    }
-
-    /// Checks one delivery and, if new, holds it durably.
-    pub fn accept(
+    /// Checks a presence beat (steps 1–4; beats are soft state: no durable record, the roster's
+    /// sequence numbers drop repeats).
+    pub fn beat(
         &self,
         exchange: &str,
         properties: &BasicProperties,
         body: &[u8],
         now_ms: i64,
-    ) -> Result<Accepted, InboundRefusal> {
+    ) -> Result<(Meta, PresenceBeat), InboundRefusal> {
+        match self.authentic(exchange, properties, body, now_ms)? {
+            (meta, Payload::PresenceBeat(beat)) => Ok((meta, beat)),
+            (meta, _) => Err(InboundRefusal::Malformed(format!(
+                "`{}` on the roster queue",
+                meta.kind.as_str()
+            ))),
+        }
+    }
+
+    /// Steps 1–4: the broker-attested origin, then the envelope.
+    fn authentic(
+        &self,
+        exchange: &str,
+        properties: &BasicProperties,
+        body: &[u8],
+        now_ms: i64,
+    ) -> Result<(Meta, Payload), InboundRefusal> {
         let fleet = exchange
             .strip_prefix("x.in.")
             .unwrap_or(&self.own_fleet)
@@ -122,7 +130,28 @@ impl Inbound {
                 skew_ms: self.skew_ms,
             },
         )?;
-        let meta = sealed.meta;
+        Ok((sealed.meta, payload))
+    }
+
+    /// Checks for fleet `own_fleet` with `pins`, a `skew_ms` window and `state`.
+    pub fn new(own_fleet: &str, pins: PinnedKeys, skew_ms: i64, state: Arc<StateStore>) -> Inbound {
+        Inbound {
+            own_fleet: own_fleet.to_owned(),
+            pins,
+            skew_ms,
+            state,
+        }
+    }
+
+    /// Checks one delivery and, if new, holds it durably.
+    pub fn accept(
+        &self,
+        exchange: &str,
+        properties: &BasicProperties,
+        body: &[u8],
+        now_ms: i64,
+    ) -> Result<Accepted, InboundRefusal> {
+        let (meta, payload) = self.authentic(exchange, properties, body, now_ms)?;
         let new = self
             .state
             .accept_inbound(

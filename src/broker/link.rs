@@ -7,16 +7,19 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures_lite::StreamExt;
-use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions};
+use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions};
 use lapin::types::FieldTable;
 use lapin::{Connection, Event};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
+use super::envelope;
 use super::inbound::{Accepted, Inbound, InboundRefusal};
-use super::topology::{self, CTL_EXCHANGE, QueueType};
+use super::topology::{self, CTL_EXCHANGE, QueueType, ROSTER_EXCHANGE};
 use super::{ConnectError, connect};
+use crate::roster::{Change, HostId, Roster};
 use crate::secret::BrokerUri;
+use crate::wire::{self, HostKey, Kind, Meta, Party, Payload};
 
 /// Where the link stands; `since` is Unix milliseconds.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -58,6 +61,18 @@ impl std::fmt::Display for LinkStatus {
 /// Deliveries in flight per consumer (set explicitly: LavinMQ would default to 65535).
 const PREFETCH: u16 = 32;
 
+/// This host's presence: its roster, and how it signs its beats.
+pub struct Presence {
+    /// The roster (short critical sections, never held across an await).
+    pub roster: Arc<std::sync::Mutex<Roster>>,
+    /// The host key that signs beats.
+    pub key: HostKey,
+    /// This host's fleet (also its broker user).
+    pub fleet: String,
+    /// Beats expire after this long.
+    pub beat_ttl: Duration,
+}
+
 /// How the link behaves.
 #[derive(Clone, Debug)]
 pub struct LinkSettings {
@@ -76,6 +91,7 @@ pub async fn supervise(
     uri: BrokerUri,
     settings: LinkSettings,
     inbound: Arc<Inbound>,
+    presence: Arc<Presence>,
     status: watch::Sender<LinkStatus>,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -89,7 +105,7 @@ pub async fn supervise(
                 Ok(()) => {
                     failures = 0;
                     set(&status, LinkStatus::Up { since: now_ms() });
-                    let lost = serve(&connection, &settings, &inbound, &mut stop).await;
+                    let lost = serve(&connection, &settings, &inbound, &presence, &mut stop).await;
                     if lost.is_none() {
                         let _ = connection.close(200, "fleetd stopping".into()).await;
                         return;
@@ -166,6 +182,15 @@ async fn declare(connection: &Connection, settings: &LinkSettings) -> Result<(),
         let exchange = topology::ingress_exchange(origin);
         topology::declare_bound_queue(&channel, &queue, &exchange, &key, arguments.clone()).await?;
     }
+    let mut bindings = vec![(ROSTER_EXCHANGE.to_owned(), "roster.#".to_owned())];
+    bindings.extend(
+        settings
+            .admit
+            .iter()
+            .map(|o| (topology::ingress_exchange(o), "roster.#".to_owned())),
+    );
+    topology::declare_roster_queue(&channel, &format!("gw.{}.roster", settings.host), &bindings)
+        .await?;
     let _ = channel.close(200, "declared".into()).await;
     Ok(())
 }
@@ -177,10 +202,12 @@ async fn serve(
     connection: &Connection,
     settings: &LinkSettings,
     inbound: &Inbound,
+    presence: &Presence,
     stop: &mut watch::Receiver<bool>,
 ) -> Option<String> {
-    let queue = format!("gw.{}.ctl", settings.host);
-    let consumer = async {
+    let control = format!("gw.{}.ctl", settings.host);
+    let roster_queue = format!("gw.{}.roster", settings.host);
+    let channels = async {
         let channel = connection
             .create_channel()
             .await
@@ -189,21 +216,44 @@ async fn serve(
             .basic_qos(PREFETCH, BasicQosOptions::default())
             .await
             .map_err(|e| e.to_string())?;
-        channel
+        let ctl = channel
             .basic_consume(
-                queue.as_str().into(),
+                control.as_str().into(),
                 "fleetd-ctl".into(),
                 BasicConsumeOptions::default(),
                 FieldTable::default(),
             )
             .await
-            .map_err(|e| format!("consume `{queue}`: {e}"))
+            .map_err(|e| format!("consume `{control}`: {e}"))?;
+        let beats_in = connection
+            .create_channel()
+            .await
+            .map_err(|e| e.to_string())?;
+        let no_ack = BasicConsumeOptions {
+            no_ack: true,
+            ..BasicConsumeOptions::default()
+        };
+        let roster = beats_in
+            .basic_consume(
+                roster_queue.as_str().into(),
+                "fleetd-roster".into(),
+                no_ack,
+                FieldTable::default(),
+            )
+            .await
+            .map_err(|e| format!("consume `{roster_queue}`: {e}"))?;
+        let beats_out = connection
+            .create_channel()
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok::<_, String>((ctl, roster, beats_out))
     };
-    let mut consumer = match consumer.await {
-        Ok(consumer) => consumer,
+    let (mut consumer, mut roster, beats_out) = match channels.await {
+        Ok(parts) => parts,
         Err(reason) => return Some(reason),
     };
     let mut events = connection.events_listener();
+    let mut next_beat = tokio::time::Instant::now();
     loop {
         tokio::select! {
             delivery = consumer.next() => match delivery {
@@ -211,13 +261,109 @@ async fn serve(
                 Some(Err(error)) => return Some(error.to_string()),
                 None => return Some("the broker cancelled the consumer".to_owned()),
             },
+            beat = roster.next() => match beat {
+                Some(Ok(delivery)) => observe(inbound, presence, &delivery),
+                Some(Err(error)) => return Some(error.to_string()),
+                None => return Some("the broker cancelled the roster consumer".to_owned()),
+            },
+            () = tokio::time::sleep_until(next_beat) => {
+                if let Err(reason) = beat(&beats_out, settings, presence, false).await {
+                    return Some(reason);
+                }
+                let interval = presence.roster.lock().map_or(Duration::from_secs(5), |r| r.next_interval());
+                next_beat = tokio::time::Instant::now() + interval;
+            }
             event = events.next() => match event {
                 Some(Event::Error(error)) => return Some(error.to_string()),
                 Some(_) => {}
                 None => return Some("the connection ended".to_owned()),
             },
-            _ = stop.changed() => return None,
+            _ = stop.changed() => {
+                // A graceful stop tells peers at once instead of letting them wait for the reap.
+                let _ = beat(&beats_out, settings, presence, true).await;
+                return None;
+            }
         }
+    }
+}
+
+/// Seals and publishes this host's beat to the fleet's roster exchange.
+async fn beat(
+    channel: &lapin::Channel,
+    settings: &LinkSettings,
+    presence: &Presence,
+    leaving: bool,
+) -> Result<(), String> {
+    let body = match presence.roster.lock() {
+        Ok(mut roster) => roster.next_beat(leaving),
+        Err(_) => return Err("the roster lock is poisoned".to_owned()),
+    };
+    let now = now_ms();
+    let ttl = i64::try_from(presence.beat_ttl.as_millis()).unwrap_or(15_000);
+    let meta = Meta {
+        version: wire::VERSION,
+        id: uuid::Uuid::now_v7(),
+        kind: Kind::PresenceBeat,
+        origin: Party {
+            fleet: presence.fleet.clone(),
+            host: settings.host.clone(),
+        },
+        dest: Party {
+            fleet: presence.fleet.clone(),
+            host: String::new(),
+        },
+        key_id: String::new(),
+        created_ms: now,
+        expires_ms: now + ttl,
+    };
+    let sealed = wire::seal(meta, &Payload::PresenceBeat(body), &presence.key);
+    let properties = envelope::properties(&sealed, &presence.fleet).with_delivery_mode(1);
+    channel
+        .basic_publish(
+            ROSTER_EXCHANGE.into(),
+            format!("roster.{}", settings.host).as_str().into(),
+            BasicPublishOptions::default(),
+            &sealed.body,
+            properties,
+        )
+        .await
+        .map_err(|e| format!("publish beat: {e}"))?;
+    Ok(())
+}
+
+/// Checks a beat and records it in the roster, logging joins and departures.
+fn observe(inbound: &Inbound, presence: &Presence, delivery: &lapin::message::Delivery) {
+    match inbound.beat(
+        delivery.exchange.as_str(),
+        &delivery.properties,
+        &delivery.data,
+        now_ms(),
+    ) {
+        Ok((meta, beat)) => {
+            let signer = HostId {
+                fleet: meta.origin.fleet,
+                host: meta.origin.host,
+            };
+            let change = match presence.roster.lock() {
+                Ok(mut roster) => roster.observe(signer, beat, std::time::Instant::now()),
+                Err(_) => return,
+            };
+            log_change(&change);
+        }
+        Err(refusal) => warn!(reason = %refusal, "presence beat refused"),
+    }
+}
+
+/// Logs a roster change that an operator cares about.
+pub fn log_change(change: &Change) {
+    match change {
+        Change::Joined(h) => info!(peer.fleet = %h.fleet, peer.host = %h.host, "peer joined"),
+        Change::Left(h) => info!(peer.fleet = %h.fleet, peer.host = %h.host, "peer left"),
+        Change::Suspected(h) => {
+            warn!(peer.fleet = %h.fleet, peer.host = %h.host, "peer suspect (silent)")
+        }
+        Change::Reaped(h) => warn!(peer.fleet = %h.fleet, peer.host = %h.host, "peer reaped"),
+        Change::Updated(_) | Change::Stale(_) => {}
     }
 }
 

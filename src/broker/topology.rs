@@ -108,3 +108,52 @@ pub async fn declare_bound_queue(
         .await
         .map_err(|e| format!("bind `{queue}`: {e}"))
 }
+
+/// Arguments of a roster queue: presence is soft state, so the queue expires when its gateway is
+/// gone for two minutes, beats older than 15 s are dropped, and the length is bounded.
+pub fn roster_arguments() -> FieldTable {
+    let mut args = FieldTable::default();
+    args.insert(
+        ShortString::from("x-expires"),
+        AMQPValue::LongLongInt(120_000),
+    );
+    args.insert(
+        ShortString::from("x-message-ttl"),
+        AMQPValue::LongLongInt(15_000),
+    );
+    args.insert(
+        ShortString::from("x-max-length"),
+        AMQPValue::LongLongInt(DEFAULT_MAX_LENGTH),
+    );
+    args
+}
+
+/// Declares this host's named (never server-named) roster queue and binds it from each
+/// `(exchange, key)`.
+pub async fn declare_roster_queue(
+    channel: &Channel,
+    queue: &str,
+    bindings: &[(String, String)],
+) -> Result<(), String> {
+    channel
+        .queue_declare(
+            queue.into(),
+            QueueDeclareOptions::default(),
+            roster_arguments(),
+        )
+        .await
+        .map_err(|e| format!("declare queue `{queue}`: {e}"))?;
+    for (exchange, key) in bindings {
+        channel
+            .queue_bind(
+                queue.into(),
+                exchange.as_str().into(),
+                key.as_str().into(),
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .map_err(|e| format!("bind `{queue}` to `{exchange}`: {e}"))?;
+    }
+    Ok(())
+}

@@ -15,6 +15,7 @@ mod raw;
 use std::path::{Path, PathBuf};
 
 use crate::broker::topology::QueueType;
+use crate::roster::RosterSettings;
 use crate::secret::{BROKER_URI, SecretName, SecretSpec};
 use crate::wire::PinnedKeys;
 
@@ -104,6 +105,8 @@ pub struct Config {
     pub secrets: Vec<SecretSpec>,
     /// Peer host keys pinned by (fleet, host): the only signatures accepted.
     pub peers: PinnedKeys,
+    /// Roster timing (`[roster]`).
+    pub roster: RosterSettings,
 }
 
 /// Errors from loading the configuration.
@@ -176,6 +179,7 @@ impl Config {
             log_level: "info".to_owned(),
             secrets: Vec::new(),
             peers: PinnedKeys::default(),
+            roster: RosterSettings::default(),
         }
     }
 }

@@ -29,6 +29,15 @@ struct RawConfig {
     secrets: BTreeMap<Spanned<String>, RawSecret>,
     #[serde(default)]
     peer: Vec<RawPeer>,
+    roster: Option<RawRoster>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRoster {
+    beat_secs: Option<Spanned<u64>>,
+    suspect_secs: Option<Spanned<u64>>,
+    reap_secs: Option<Spanned<u64>>,
 }
 
 #[derive(Deserialize)]
@@ -258,6 +267,41 @@ fn check(raw: RawConfig, path: &Path, text: &str) -> Result<Config, Vec<Diagnost
         extra.push(SecretSpec { name: checked, env });
     }
     config.secrets = secret_specs(config.broker.uri_env.as_ref(), extra);
+    if let Some(roster) = raw.roster {
+        let seconds = |value: Option<Spanned<u64>>,
+                       default: std::time::Duration,
+                       bad: &mut dyn FnMut(std::ops::Range<usize>, String),
+                       name: &str| {
+            match value {
+                Some(v) if (1..=3600).contains(v.get_ref()) => {
+                    std::time::Duration::from_secs(*v.get_ref())
+                }
+                Some(v) => {
+                    bad(v.span(), format!("`roster.{name}` must be from 1 to 3600"));
+                    default
+                }
+                None => default,
+            }
+        };
+        let defaults = config.roster;
+        config.roster.beat = seconds(roster.beat_secs, defaults.beat, &mut bad, "beat_secs");
+        config.roster.suspect_after = seconds(
+            roster.suspect_secs,
+            defaults.suspect_after,
+            &mut bad,
+            "suspect_secs",
+        );
+        config.roster.reap_after =
+            seconds(roster.reap_secs, defaults.reap_after, &mut bad, "reap_secs");
+        if !(config.roster.beat < config.roster.suspect_after
+            && config.roster.suspect_after < config.roster.reap_after)
+        {
+            bad(
+                0..0,
+                "`roster` needs beat_secs < suspect_secs < reap_secs".to_owned(),
+            );
+        }
+    }
     for peer in raw.peer {
         match PublicKey::parse(peer.pubkey.get_ref()) {
             Ok(key) => config

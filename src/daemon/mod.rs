@@ -20,9 +20,10 @@ use self::policy::PolicyHandle;
 use std::sync::Arc;
 
 use crate::broker::inbound::Inbound;
-use crate::broker::link::{self, LinkSettings, LinkStatus};
+use crate::broker::link::{self, LinkSettings, LinkStatus, Presence};
 use crate::config::Config;
 use crate::config::HOST_KEY;
+use crate::roster::{HostId, Roster};
 use crate::secret::{BROKER_URI, BrokerUri, Resolved, hardening_state};
 use crate::state::{Limits, StateStore};
 use crate::wire::HostKey;
@@ -90,11 +91,26 @@ pub async fn run(
                 queue_type: config.broker.queue_type,
                 admit: config.broker.admit.clone(),
             };
+            let roster = Arc::new(std::sync::Mutex::new(Roster::new(
+                HostId {
+                    fleet: fleet.clone(),
+                    host: config.host.clone(),
+                },
+                config.roster,
+            )));
+            tasks.spawn(keep_roster(Arc::clone(&roster), stopped.clone()));
+            let presence = Arc::new(Presence {
+                roster,
+                key,
+                fleet: fleet.clone(),
+                beat_ttl: config.roster.suspect_after,
+            });
             let (status, receiver) = watch::channel(LinkStatus::Starting);
             tasks.spawn(link::supervise(
                 uri,
                 settings,
                 inbound,
+                presence,
                 status,
                 stopped.clone(),
             ));
@@ -156,4 +172,23 @@ pub async fn run(
     }
     info!("fleetd stopped");
     Ok(())
+}
+
+/// Ticks the roster every second: silent peers become suspect, then are reaped.
+async fn keep_roster(roster: Arc<std::sync::Mutex<Roster>>, mut stop: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {
+                let changes = match roster.lock() {
+                    Ok(mut roster) => roster.tick(std::time::Instant::now()),
+                    Err(_) => return,
+                };
+                for change in &changes {
+                    link::log_change(change);
+                }
+            }
+            _ = stop.changed() => return,
+        }
+    }
 }

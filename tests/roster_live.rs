@@ -1,0 +1,207 @@
+//! Two gateways of one fleet on the real RabbitMQ see each other through signed presence beats:
+//! a join within one beat, a SIGKILLed peer suspect then reaped on time, a restarted peer back,
+//! and a gracefully stopped peer gone at once (`leaving`).
+
+#![allow(clippy::unwrap_used, clippy::panic, reason = "test code fails loudly")]
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+const BIN: &str = env!("CARGO_BIN_EXE_fleetd");
+
+struct Cleanup {
+    fleet: String,
+    children: Vec<Child>,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = Command::new("rabbitmqctl")
+            .args(["-q", "delete_vhost", &format!("/{}", self.fleet)])
+            .output();
+        let _ = Command::new("rabbitmqctl")
+            .args(["-q", "delete_user", &self.fleet])
+            .output();
+    }
+}
+
+struct Host {
+    name: String,
+    dir: PathBuf,
+    pubkey: String,
+}
+
+fn host(root: &Path, name: &str) -> Host {
+    let dir = root.join(name);
+    std::fs::create_dir_all(dir.join("credentials")).unwrap();
+    let key = dir.join("credentials/host-key");
+    let init = Command::new(BIN)
+        .args(["key", "init", "--credential-file", key.to_str().unwrap()])
+        .env("HOME", &dir)
+        .output()
+        .unwrap();
+    assert!(init.status.success());
+    let text = String::from_utf8_lossy(&init.stdout).into_owned();
+    let pubkey = text
+        .lines()
+        .find_map(|l| l.strip_prefix("pubkey = "))
+        .unwrap()
+        .trim_matches('"')
+        .to_owned();
+    Host {
+        name: name.to_owned(),
+        dir,
+        pubkey,
+    }
+}
+
+fn start(host: &Host, peer: &Host, fleet: &str, password: &str) -> (Child, mpsc::Receiver<String>) {
+    let config = host.dir.join("fleetd.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "host = \"{}\"\nfleet = \"{fleet}\"\n[broker]\nuriEnv = \"FLEETD_R_URI\"\nbackoff_cap_secs = 2\n[roster]\nbeat_secs = 1\nsuspect_secs = 3\nreap_secs = 6\n[log]\nformat = \"json\"\n\
+             [[peer]]\nfleet = \"{fleet}\"\nhost = \"{}\"\npubkey = \"{}\"\n",
+            host.name, peer.name, peer.pubkey
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(BIN)
+        .args(["--config", config.to_str().unwrap(), "run"])
+        .env("CREDENTIALS_DIRECTORY", host.dir.join("credentials"))
+        .env("HOME", &host.dir)
+        .env("XDG_STATE_HOME", host.dir.join("state"))
+        .env(
+            "FLEETD_R_URI",
+            format!("amqp://{fleet}:{password}@127.0.0.1:5672/%2F{fleet}"),
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (send, lines) = mpsc::channel();
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if send.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    (child, lines)
+}
+
+/// Waits for a log line containing every needle; returns how long it took.
+fn wait_for(lines: &mpsc::Receiver<String>, needles: &[&str], within: Duration) -> Duration {
+    let start = Instant::now();
+    let mut seen = String::new();
+    while start.elapsed() < within {
+        if let Ok(line) = lines.recv_timeout(Duration::from_millis(100)) {
+            if needles.iter().all(|n| line.contains(n)) {
+                return start.elapsed();
+            }
+            seen.push_str(&line);
+            seen.push('\n');
+        }
+    }
+    panic!("no line with {needles:?} within {within:?}; logged:\n{seen}");
+}
+
+#[test]
+fn peers_join_go_suspect_are_reaped_come_back_and_leave() {
+    let nonce = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+        % 1_000_000_000;
+    let fleet = format!("ro{nonce}");
+    let password = format!("PwR{nonce}x");
+    let mut cleanup = Cleanup {
+        fleet: fleet.clone(),
+        children: Vec::new(),
+    };
+    let mut grants = Command::new(BIN)
+        .args(["broker", "grants", "--fleet", &fleet, "--apply"])
+        .env("FLEETD_ADMIN_URI", "amqp://guest:guest@127.0.0.1:5672/")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    grants
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(format!("{password}\n").as_bytes())
+        .unwrap();
+    assert!(
+        grants.wait().unwrap().success(),
+        "grants (is RabbitMQ running? scripts/test starts it)"
+    );
+    let root = tempfile::tempdir().unwrap();
+    let (one, two) = (host(root.path(), "one"), host(root.path(), "two"));
+
+    let (first, watch) = start(&one, &two, &fleet, &password);
+    cleanup.children.push(first);
+    let (second, _) = start(&two, &one, &fleet, &password);
+    cleanup.children.push(second);
+    wait_for(
+        &watch,
+        &["peer joined", "\"peer.host\":\"two\""],
+        Duration::from_secs(15),
+    );
+
+    // SIGKILL: no `leaving`; the peer goes suspect after 3 s of silence and is reaped after 6 s.
+    let killed = Instant::now();
+    cleanup.children[1].kill().unwrap();
+    cleanup.children[1].wait().unwrap();
+    wait_for(
+        &watch,
+        &["peer suspect", "\"peer.host\":\"two\""],
+        Duration::from_secs(10),
+    );
+    let suspect_after = killed.elapsed();
+    wait_for(
+        &watch,
+        &["peer reaped", "\"peer.host\":\"two\""],
+        Duration::from_secs(10),
+    );
+    let reaped_after = killed.elapsed();
+    assert!(
+        suspect_after >= Duration::from_secs(2) && suspect_after < reaped_after,
+        "suspect at {suspect_after:?}, reaped at {reaped_after:?}"
+    );
+    assert!(
+        reaped_after < Duration::from_secs(10),
+        "reaped at {reaped_after:?} (reap after 6 s of silence)"
+    );
+
+    // Restarted: back with a new boot.
+    let (again, _) = start(&two, &one, &fleet, &password);
+    cleanup.children[1] = again;
+    wait_for(
+        &watch,
+        &["peer joined", "\"peer.host\":\"two\""],
+        Duration::from_secs(15),
+    );
+
+    // Graceful stop: `leaving` removes it at once.
+    let pid =
+        rustix::process::Pid::from_raw(i32::try_from(cleanup.children[1].id()).unwrap()).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    let left = wait_for(
+        &watch,
+        &["peer left", "\"peer.host\":\"two\""],
+        Duration::from_secs(10),
+    );
+    assert!(
+        left < Duration::from_secs(3),
+        "left after {left:?}, before any suspicion"
+    );
+}
