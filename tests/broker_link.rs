@@ -126,6 +126,7 @@ fn a_daemon_started_while_the_broker_is_down_connects_when_it_comes_back() {
         .env("HOME", dir.path())
         .env("XDG_CONFIG_HOME", dir.path().join("config"))
         .env("XDG_STATE_HOME", dir.path().join("state"))
+        .env("XDG_RUNTIME_DIR", dir.path().join("run"))
         .env(
             "FLEETD_LINK_URI",
             format!("amqp://{fleet}:{password}@127.0.0.1:5672/%2F{fleet}"),
@@ -179,6 +180,16 @@ fn a_daemon_started_while_the_broker_is_down_connects_when_it_comes_back() {
         started.elapsed()
     );
 
+    let status = Command::new(BIN)
+        .args(["--config", config.to_str().unwrap(), "status"])
+        .env("HOME", dir.path())
+        .env("XDG_RUNTIME_DIR", dir.path().join("run"))
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&status.stdout).contains("broker: connected since"),
+        "{status:?}"
+    );
     let queues = ctl(&[
         "-q",
         "list_queues",

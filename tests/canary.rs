@@ -368,6 +368,15 @@ fn run_without_any_config_starts_in_single_host_mode() {
     let mut command = fleetd(&["run"], dir.path());
     command.env_remove("CREDENTIALS_DIRECTORY");
     let (mut child, logs) = start_daemon(command);
+    let status = fleetd(&["status"], dir.path())
+        .env_remove("CREDENTIALS_DIRECTORY")
+        .output()
+        .unwrap();
+    assert!(
+        text(&status).contains("broker: not configured"),
+        "{}",
+        text(&status)
+    );
     let logs = stop(&mut child, logs);
     assert!(logs.contains("single-host mode"), "{logs}");
     assert!(logs.contains("embedded defaults"), "{logs}");

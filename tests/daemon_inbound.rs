@@ -166,6 +166,7 @@ async fn a_daemon_takes_in_genuine_messages_and_refuses_unpinned_ones() {
         .env("CREDENTIALS_DIRECTORY", &credentials)
         .env("HOME", dir.path())
         .env("XDG_STATE_HOME", dir.path().join("state"))
+        .env("XDG_RUNTIME_DIR", dir.path().join("run"))
         .env(
             "FLEETD_B_URI",
             format!("amqp://{b}:{pb}@127.0.0.1:5672/%2F{b}"),
@@ -213,6 +214,37 @@ async fn a_daemon_takes_in_genuine_messages_and_refuses_unpinned_ones() {
         &format!("\"msg.id\":\"{}\"", genuine.meta.id),
     );
     assert!(seen.contains("message taken in"), "{seen}");
+
+    let inbox = |args: &[&str]| {
+        let mut full = vec!["--config", config.to_str().unwrap(), "inbox"];
+        full.extend_from_slice(args);
+        let out = Command::new(BIN)
+            .args(&full)
+            .env("HOME", dir.path())
+            .env("XDG_RUNTIME_DIR", dir.path().join("run"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let id = genuine.meta.id.to_string();
+    assert!(
+        inbox(&["pull", "--json"]).contains(&id),
+        "the message is held for the primary"
+    );
+    assert!(
+        inbox(&["pull"]).contains(&id),
+        "and offered again until acknowledged"
+    );
+    assert!(inbox(&["ack", &id]).contains("acknowledged"));
+    assert!(
+        !inbox(&["pull", "--json"]).contains(&id),
+        "acknowledged messages are not offered again"
+    );
 
     let (meta, payload) = message(&a, "intruder", &b);
     publisher

@@ -78,6 +78,7 @@ fn start(host: &Host, peer: &Host, fleet: &str, password: &str) -> (Child, mpsc:
         .env("CREDENTIALS_DIRECTORY", host.dir.join("credentials"))
         .env("HOME", &host.dir)
         .env("XDG_STATE_HOME", host.dir.join("state"))
+        .env("XDG_RUNTIME_DIR", host.dir.join("run"))
         .env(
             "FLEETD_R_URI",
             format!("amqp://{fleet}:{password}@127.0.0.1:5672/%2F{fleet}"),
@@ -155,6 +156,27 @@ fn peers_join_go_suspect_are_reaped_come_back_and_leave() {
         &watch,
         &["peer joined", "\"peer.host\":\"two\""],
         Duration::from_secs(15),
+    );
+
+    let roster = Command::new(BIN)
+        .args([
+            "--config",
+            one.dir.join("fleetd.toml").to_str().unwrap(),
+            "roster",
+        ])
+        .env("HOME", &one.dir)
+        .env("XDG_RUNTIME_DIR", one.dir.join("run"))
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&roster.stdout);
+    assert!(
+        roster.status.success(),
+        "{table}{}",
+        String::from_utf8_lossy(&roster.stderr)
+    );
+    assert!(
+        table.contains("one") && table.contains("two") && table.contains("alive"),
+        "{table}"
     );
 
     // SIGKILL: no `leaving`; the peer goes suspect after 3 s of silence and is reaped after 6 s.

@@ -1,11 +1,12 @@
 //! argv → [`Command`], and the exit codes. The only module that prints.
 //!
-//! Imports: `broker`, `daemon`, `config`, `policy`, `secret`, `scrub`, `wire`.
+//! Imports: `api` (its client), `broker`, `daemon`, `config`, `policy`, `secret`, `scrub`, `wire`.
 
 mod broker;
 mod config_check;
 pub mod exit;
 mod key;
+mod local;
 mod output;
 mod policy;
 mod run;
@@ -82,6 +83,27 @@ pub enum Command {
     /// This host's signing key: create it, show its public half.
     #[command(subcommand)]
     Key(key::KeyCommand),
+    /// Ask the running daemon how it is (host, broker link).
+    Status {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The federated roster: this host and every peer heard from, with their agents.
+    Roster {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Messages held for the primary.
+    Inbox {
+        /// What to do.
+        #[command(subcommand)]
+        command: local::InboxCommand,
+        /// Print JSON.
+        #[arg(long, global = true)]
+        json: bool,
+    },
 }
 
 /// `fleetd config …`.
@@ -132,5 +154,10 @@ pub fn main() -> ExitCode {
         Command::Policy(ref command) => policy::run(command, cli.config.as_deref(), &out),
         Command::Broker(ref command) => broker::run(command, cli.config.as_deref(), &out),
         Command::Key(ref command) => key::run(command, cli.config.as_deref(), &out),
+        Command::Status { json } => local::status(cli.config.as_deref(), json, &out),
+        Command::Roster { json } => local::roster(cli.config.as_deref(), json, &out),
+        Command::Inbox { ref command, json } => {
+            local::inbox(command, cli.config.as_deref(), json, &out)
+        }
     }
 }

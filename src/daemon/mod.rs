@@ -19,6 +19,7 @@ use tracing::{info, warn};
 use self::policy::PolicyHandle;
 use std::sync::Arc;
 
+use crate::api::{self, ApiState};
 use crate::broker::inbound::Inbound;
 use crate::broker::link::{self, LinkSettings, LinkStatus, Presence};
 use crate::config::Config;
@@ -49,6 +50,9 @@ pub enum RunError {
     /// The state store could not be opened.
     #[error("cannot open the state store")]
     State(#[source] crate::state::StateError),
+    /// The local API socket could not be bound.
+    #[error("cannot serve the local api")]
+    Api(#[source] crate::api::ApiError),
 }
 
 /// Runs until SIGTERM or SIGINT.
@@ -59,6 +63,11 @@ pub async fn run(
 ) -> Result<(), RunError> {
     let (stop, stopped) = watch::channel(false);
     let mut tasks = JoinSet::new();
+    let listener = api::bind(&config.paths.runtime).map_err(RunError::Api)?;
+    let mut api_state = ApiState {
+        host: config.host.clone(),
+        ..ApiState::default()
+    };
     let broker = secrets.iter().find(|s| s.name.as_str() == BROKER_URI);
     let link_status = match broker {
         Some(secret) => {
@@ -79,12 +88,9 @@ pub async fn run(
             let state = StateStore::open(&config.paths.state, Limits::default())
                 .map_err(RunError::State)?;
             let skew_ms = i64::try_from(config.broker.skew.as_millis()).unwrap_or(i64::MAX);
-            let inbound = Arc::new(Inbound::new(
-                &fleet,
-                config.peers.clone(),
-                skew_ms,
-                Arc::new(state),
-            ));
+            let state = Arc::new(state);
+            api_state.state = Some(Arc::clone(&state));
+            let inbound = Arc::new(Inbound::new(&fleet, config.peers.clone(), skew_ms, state));
             let settings = LinkSettings {
                 host: config.host.clone(),
                 backoff_cap: config.broker.backoff_cap,
@@ -99,6 +105,7 @@ pub async fn run(
                 config.roster,
             )));
             tasks.spawn(keep_roster(Arc::clone(&roster), stopped.clone()));
+            api_state.roster = Some(Arc::clone(&roster));
             let presence = Arc::new(Presence {
                 roster,
                 key,
@@ -106,6 +113,7 @@ pub async fn run(
                 beat_ttl: config.roster.suspect_after,
             });
             let (status, receiver) = watch::channel(LinkStatus::Starting);
+            api_state.link = Some(receiver.clone());
             tasks.spawn(link::supervise(
                 uri,
                 settings,
@@ -130,6 +138,8 @@ pub async fn run(
     for secret in &secrets {
         info!(secret.name = %secret.name, secret.source = %secret.source, "secret loaded");
     }
+    info!(api.socket = %config.paths.runtime.join(api::SOCKET).display(), "local api listening");
+    tasks.spawn(api::serve(listener, api_state, stopped.clone()));
     policy.log_loaded();
     let mut terminate = signal(SignalKind::terminate()).map_err(RunError::Signals)?;
     let mut hangup = signal(SignalKind::hangup()).map_err(RunError::Signals)?;

@@ -1,0 +1,174 @@
+//! Commands that ask the running daemon over its local socket: `status`, `roster`, `inbox`.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use clap::Subcommand;
+use serde_json::{Value, json};
+
+use super::{Output, exit};
+use crate::api;
+use crate::config::Config;
+
+/// `fleetd inbox …`: messages held for the primary.
+#[derive(Debug, Subcommand)]
+pub enum InboxCommand {
+    /// Show held messages, oldest first; they stay until acknowledged.
+    Pull {
+        /// At most this many (1–100).
+        #[arg(long, default_value_t = 10)]
+        limit: u64,
+    },
+    /// Acknowledge a held message: it is not offered again.
+    Ack {
+        /// The message id.
+        id: String,
+    },
+}
+
+/// Sends `request` and prints the reply (JSON, or through `render`); exit 1 on an error reply.
+pub(super) fn ask(
+    config: Option<&Path>,
+    request: Value,
+    json_out: bool,
+    out: &Output,
+    render: fn(&Value) -> Vec<String>,
+) -> ExitCode {
+    let config = match Config::load(config) {
+        Ok(config) => config,
+        Err(error) => {
+            out.error(&error);
+            return exit::code(exit::USAGE);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            out.error(&error);
+            return exit::code(exit::FAILED);
+        }
+    };
+    let reply = match runtime.block_on(api::request(&config.paths.runtime, &request)) {
+        Ok(reply) => reply,
+        Err(error) => {
+            out.note(&format!(
+                "error: cannot reach fleetd at `{}`: {error}\n  is `fleetd run` running as this user?",
+                config.paths.runtime.join(api::SOCKET).display()
+            ));
+            return exit::code(exit::FAILED);
+        }
+    };
+    if let Some(error) = reply.get("error").and_then(Value::as_str) {
+        out.note(&format!("error: {error}"));
+        return exit::code(exit::FAILED);
+    }
+    if json_out {
+        out.line(&serde_json::to_string_pretty(&reply).unwrap_or_else(|_| reply.to_string()));
+    } else {
+        for line in render(&reply) {
+            out.line(&line);
+        }
+    }
+    exit::code(exit::OK)
+}
+
+pub(super) fn status(config: Option<&Path>, json_out: bool, out: &Output) -> ExitCode {
+    ask(config, json!({"op": "status"}), json_out, out, |reply| {
+        vec![
+            format!("host: {}", reply["host"].as_str().unwrap_or("?")),
+            reply["broker"].as_str().unwrap_or("broker: ?").to_owned(),
+        ]
+    })
+}
+
+pub(super) fn roster(config: Option<&Path>, json_out: bool, out: &Output) -> ExitCode {
+    ask(config, json!({"op": "roster"}), json_out, out, |reply| {
+        let mut lines = vec![format!(
+            "{:<16} {:<20} {:<8} {}",
+            "FLEET", "HOST", "STATE", "AGENTS"
+        )];
+        for host in reply["hosts"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+        {
+            let agents: Vec<String> = host["agents"]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or_default()
+                .iter()
+                .map(|a| {
+                    format!(
+                        "{} ({}, {})",
+                        a["name"].as_str().unwrap_or("?"),
+                        a["profile"].as_str().unwrap_or("?"),
+                        a["status"].as_str().unwrap_or("?")
+                    )
+                })
+                .collect();
+            lines.push(format!(
+                "{:<16} {:<20} {:<8} {}",
+                host["fleet"].as_str().unwrap_or("?"),
+                host["host"].as_str().unwrap_or("?"),
+                host["state"].as_str().unwrap_or("?"),
+                if agents.is_empty() {
+                    "-".to_owned()
+                } else {
+                    agents.join(", ")
+                }
+            ));
+        }
+        lines
+    })
+}
+
+pub(super) fn inbox(
+    command: &InboxCommand,
+    config: Option<&Path>,
+    json_out: bool,
+    out: &Output,
+) -> ExitCode {
+    match command {
+        InboxCommand::Pull { limit } => ask(
+            config,
+            json!({"op": "held.pull", "limit": limit}),
+            json_out,
+            out,
+            |reply| {
+                let messages = reply["messages"]
+                    .as_array()
+                    .map(Vec::as_slice)
+                    .unwrap_or_default();
+                if messages.is_empty() {
+                    return vec!["no held messages".to_owned()];
+                }
+                messages
+                    .iter()
+                    .map(|m| {
+                        format!(
+                            "{}  {}",
+                            m["id"].as_str().unwrap_or("?"),
+                            m["body"].as_str().unwrap_or("")
+                        )
+                    })
+                    .collect()
+            },
+        ),
+        InboxCommand::Ack { id } => ask(
+            config,
+            json!({"op": "held.ack", "id": id}),
+            json_out,
+            out,
+            |reply| {
+                vec![if reply["acknowledged"].as_bool() == Some(true) {
+                    "acknowledged".to_owned()
+                } else {
+                    "no such held message".to_owned()
+                }]
+            },
+        ),
+    }
+}
