@@ -1,6 +1,7 @@
-//! Two gateways of one fleet on the real RabbitMQ see each other through signed presence beats:
+//! Gateways on the real RabbitMQ see each other through signed presence beats: within one fleet
 //! a join within one beat, a SIGKILLed peer suspect then reaped on time, a restarted peer back,
-//! and a gracefully stopped peer gone at once (`leaving`).
+//! a gracefully stopped peer gone at once (`leaving`); across two fleets through their ingress
+//! exchanges.
 
 #![allow(clippy::unwrap_used, clippy::panic, reason = "test code fails loudly")]
 
@@ -13,7 +14,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 const BIN: &str = env!("CARGO_BIN_EXE_fleetd");
 
 struct Cleanup {
-    fleet: String,
+    fleets: Vec<String>,
     children: Vec<Child>,
 }
 
@@ -23,12 +24,14 @@ impl Drop for Cleanup {
             let _ = child.kill();
             let _ = child.wait();
         }
-        let _ = Command::new("rabbitmqctl")
-            .args(["-q", "delete_vhost", &format!("/{}", self.fleet)])
-            .output();
-        let _ = Command::new("rabbitmqctl")
-            .args(["-q", "delete_user", &self.fleet])
-            .output();
+        for fleet in &self.fleets {
+            let _ = Command::new("rabbitmqctl")
+                .args(["-q", "delete_vhost", &format!("/{fleet}")])
+                .output();
+            let _ = Command::new("rabbitmqctl")
+                .args(["-q", "delete_user", fleet])
+                .output();
+        }
     }
 }
 
@@ -62,14 +65,51 @@ fn host(root: &Path, name: &str) -> Host {
     }
 }
 
-fn start(host: &Host, peer: &Host, fleet: &str, password: &str) -> (Child, mpsc::Receiver<String>) {
+/// Applies the broker grants for `fleet`, admitting `admit`.
+fn grants(fleet: &str, admit: Option<&str>, password: &str) {
+    let mut args = vec!["broker", "grants", "--fleet", fleet, "--apply"];
+    if let Some(origin) = admit {
+        args.extend_from_slice(&["--admit", origin]);
+    }
+    let mut child = Command::new(BIN)
+        .args(&args)
+        .env("FLEETD_ADMIN_URI", "amqp://guest:guest@127.0.0.1:5672/")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(format!("{password}\n").as_bytes())
+        .unwrap();
+    assert!(
+        child.wait().unwrap().success(),
+        "grants (is RabbitMQ running? scripts/test starts it)"
+    );
+}
+
+/// Starts `host` in `fleet`, pinning `peer` of `peer_fleet`; `admit` lists fleets it takes in.
+fn start(
+    host: &Host,
+    (peer, peer_fleet): (&Host, &str),
+    fleet: &str,
+    password: &str,
+    admit: &[&str],
+) -> (Child, mpsc::Receiver<String>) {
+    let admit: Vec<String> = admit.iter().map(|f| format!("\"{f}\"")).collect();
     let config = host.dir.join("fleetd.toml");
     std::fs::write(
         &config,
         format!(
-            "host = \"{}\"\nfleet = \"{fleet}\"\n[broker]\nuriEnv = \"FLEETD_R_URI\"\nbackoff_cap_secs = 2\n[roster]\nbeat_secs = 1\nsuspect_secs = 3\nreap_secs = 6\n[log]\nformat = \"json\"\n\
-             [[peer]]\nfleet = \"{fleet}\"\nhost = \"{}\"\npubkey = \"{}\"\n",
-            host.name, peer.name, peer.pubkey
+            "host = \"{}\"\nfleet = \"{fleet}\"\n[broker]\nuriEnv = \"FLEETD_R_URI\"\nbackoff_cap_secs = 2\nadmit = [{}]\n\
+             [roster]\nbeat_secs = 1\nsuspect_secs = 3\nreap_secs = 6\n[log]\nformat = \"json\"\n\
+             [[peer]]\nfleet = \"{peer_fleet}\"\nhost = \"{}\"\npubkey = \"{}\"\n",
+            host.name,
+            admit.join(", "),
+            peer.name,
+            peer.pubkey
         ),
     )
     .unwrap();
@@ -115,6 +155,11 @@ fn wait_for(lines: &mpsc::Receiver<String>, needles: &[&str], within: Duration) 
     panic!("no line with {needles:?} within {within:?}; logged:\n{seen}");
 }
 
+fn terminate(child: &Child) {
+    let pid = rustix::process::Pid::from_raw(i32::try_from(child.id()).unwrap()).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+}
+
 #[test]
 fn peers_join_go_suspect_are_reaped_come_back_and_leave() {
     let nonce = SystemTime::now()
@@ -125,39 +170,22 @@ fn peers_join_go_suspect_are_reaped_come_back_and_leave() {
     let fleet = format!("ro{nonce}");
     let password = format!("PwR{nonce}x");
     let mut cleanup = Cleanup {
-        fleet: fleet.clone(),
+        fleets: vec![fleet.clone()],
         children: Vec::new(),
     };
-    let mut grants = Command::new(BIN)
-        .args(["broker", "grants", "--fleet", &fleet, "--apply"])
-        .env("FLEETD_ADMIN_URI", "amqp://guest:guest@127.0.0.1:5672/")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    grants
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(format!("{password}\n").as_bytes())
-        .unwrap();
-    assert!(
-        grants.wait().unwrap().success(),
-        "grants (is RabbitMQ running? scripts/test starts it)"
-    );
+    grants(&fleet, None, &password);
     let root = tempfile::tempdir().unwrap();
     let (one, two) = (host(root.path(), "one"), host(root.path(), "two"));
 
-    let (first, watch) = start(&one, &two, &fleet, &password);
+    let (first, watch) = start(&one, (&two, &fleet), &fleet, &password, &[]);
     cleanup.children.push(first);
-    let (second, _) = start(&two, &one, &fleet, &password);
+    let (second, _) = start(&two, (&one, &fleet), &fleet, &password, &[]);
     cleanup.children.push(second);
     wait_for(
         &watch,
         &["peer joined", "\"peer.host\":\"two\""],
         Duration::from_secs(15),
     );
-
     let roster = Command::new(BIN)
         .args([
             "--config",
@@ -205,7 +233,7 @@ fn peers_join_go_suspect_are_reaped_come_back_and_leave() {
     );
 
     // Restarted: back with a new boot.
-    let (again, _) = start(&two, &one, &fleet, &password);
+    let (again, _) = start(&two, (&one, &fleet), &fleet, &password, &[]);
     cleanup.children[1] = again;
     wait_for(
         &watch,
@@ -214,9 +242,7 @@ fn peers_join_go_suspect_are_reaped_come_back_and_leave() {
     );
 
     // Graceful stop: `leaving` removes it at once.
-    let pid =
-        rustix::process::Pid::from_raw(i32::try_from(cleanup.children[1].id()).unwrap()).unwrap();
-    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    terminate(&cleanup.children[1]);
     let left = wait_for(
         &watch,
         &["peer left", "\"peer.host\":\"two\""],
@@ -225,5 +251,47 @@ fn peers_join_go_suspect_are_reaped_come_back_and_leave() {
     assert!(
         left < Duration::from_secs(3),
         "left after {left:?}, before any suspicion"
+    );
+}
+
+#[test]
+fn presence_crosses_fleets_through_ingress_exchanges() {
+    let nonce = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+        % 1_000_000_000;
+    let (a, b) = (format!("xa{nonce}"), format!("xb{nonce}"));
+    let (pa, pb) = (format!("PwXA{nonce}x"), format!("PwXB{nonce}x"));
+    let mut cleanup = Cleanup {
+        fleets: vec![a.clone(), b.clone()],
+        children: Vec::new(),
+    };
+    grants(&a, Some(&b), &pa);
+    grants(&b, Some(&a), &pb);
+    grants(&a, Some(&b), &pa);
+    let root = tempfile::tempdir().unwrap();
+    let (alpha, beta) = (host(root.path(), "alpha"), host(root.path(), "beta"));
+    let (first, watch_alpha) = start(&alpha, (&beta, &b), &a, &pa, &[&b]);
+    cleanup.children.push(first);
+    let (second, watch_beta) = start(&beta, (&alpha, &a), &b, &pb, &[&a]);
+    cleanup.children.push(second);
+    let fleet_b = format!("\"peer.fleet\":\"{b}\"");
+    let fleet_a = format!("\"peer.fleet\":\"{a}\"");
+    wait_for(
+        &watch_alpha,
+        &["peer joined", "\"peer.host\":\"beta\"", &fleet_b],
+        Duration::from_secs(20),
+    );
+    wait_for(
+        &watch_beta,
+        &["peer joined", "\"peer.host\":\"alpha\"", &fleet_a],
+        Duration::from_secs(20),
+    );
+    terminate(&cleanup.children[1]);
+    wait_for(
+        &watch_alpha,
+        &["peer left", "\"peer.host\":\"beta\""],
+        Duration::from_secs(10),
     );
 }

@@ -3,6 +3,7 @@
 //! in-flight confirms). After every (re)connect the topology is declared again, idempotently. An
 //! unreachable broker is a degraded state, never an exit; state changes are logged, not attempts.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -71,6 +72,8 @@ pub struct Presence {
     pub fleet: String,
     /// Beats expire after this long.
     pub beat_ttl: Duration,
+    /// The last beat body sent to the own fleet, repeated to other fleets.
+    pub last_beat: std::sync::Mutex<Option<wire::PresenceBeat>>,
 }
 
 /// How the link behaves.
@@ -84,6 +87,8 @@ pub struct LinkSettings {
     pub queue_type: QueueType,
     /// Origin fleets whose ingress exchange the control queue is bound to (key `ctl.HOST`).
     pub admit: Vec<String>,
+    /// Other fleets this host beats its presence into (through their `x.in.OWN`).
+    pub beat_to: Vec<String>,
 }
 
 /// Keeps a connection up until `stop` turns true; publishes its status on `status`.
@@ -105,7 +110,8 @@ pub async fn supervise(
                 Ok(()) => {
                     failures = 0;
                     set(&status, LinkStatus::Up { since: now_ms() });
-                    let lost = serve(&connection, &settings, &inbound, &presence, &mut stop).await;
+                    let lost =
+                        serve(&connection, &uri, &settings, &inbound, &presence, &mut stop).await;
                     if lost.is_none() {
                         let _ = connection.close(200, "fleetd stopping".into()).await;
                         return;
@@ -200,6 +206,7 @@ async fn declare(connection: &Connection, settings: &LinkSettings) -> Result<(),
 /// re-consume) or the stop signal arrives (`None`).
 async fn serve(
     connection: &Connection,
+    uri: &BrokerUri,
     settings: &LinkSettings,
     inbound: &Inbound,
     presence: &Presence,
@@ -254,6 +261,7 @@ async fn serve(
     };
     let mut events = connection.events_listener();
     let mut next_beat = tokio::time::Instant::now();
+    let mut foreign = Foreign::default();
     loop {
         tokio::select! {
             delivery = consumer.next() => match delivery {
@@ -270,6 +278,7 @@ async fn serve(
                 if let Err(reason) = beat(&beats_out, settings, presence, false).await {
                     return Some(reason);
                 }
+                foreign.beat(uri, settings, presence, false).await;
                 let interval = presence.roster.lock().map_or(Duration::from_secs(5), |r| r.next_interval());
                 next_beat = tokio::time::Instant::now() + interval;
             }
@@ -281,6 +290,7 @@ async fn serve(
             _ = stop.changed() => {
                 // A graceful stop tells peers at once instead of letting them wait for the reap.
                 let _ = beat(&beats_out, settings, presence, true).await;
+                foreign.beat(uri, settings, presence, true).await;
                 return None;
             }
         }
@@ -298,6 +308,30 @@ async fn beat(
         Ok(mut roster) => roster.next_beat(leaving),
         Err(_) => return Err("the roster lock is poisoned".to_owned()),
     };
+    if let Ok(mut last) = presence.last_beat.lock() {
+        *last = Some(body.clone());
+    }
+    publish_beat(
+        channel,
+        ROSTER_EXCHANGE,
+        settings,
+        presence,
+        &presence.fleet,
+        body,
+    )
+    .await
+}
+
+/// Seals `body` for `dest_fleet` and publishes it to `exchange` (transient: presence is soft
+/// state), routing key `roster.HOST`.
+async fn publish_beat(
+    channel: &lapin::Channel,
+    exchange: &str,
+    settings: &LinkSettings,
+    presence: &Presence,
+    dest_fleet: &str,
+    body: wire::PresenceBeat,
+) -> Result<(), String> {
     let now = now_ms();
     let ttl = i64::try_from(presence.beat_ttl.as_millis()).unwrap_or(15_000);
     let meta = Meta {
@@ -309,7 +343,7 @@ async fn beat(
             host: settings.host.clone(),
         },
         dest: Party {
-            fleet: presence.fleet.clone(),
+            fleet: dest_fleet.to_owned(),
             host: String::new(),
         },
         key_id: String::new(),
@@ -320,7 +354,7 @@ async fn beat(
     let properties = envelope::properties(&sealed, &presence.fleet).with_delivery_mode(1);
     channel
         .basic_publish(
-            ROSTER_EXCHANGE.into(),
+            exchange.into(),
             format!("roster.{}", settings.host).as_str().into(),
             BasicPublishOptions::default(),
             &sealed.body,
@@ -329,6 +363,79 @@ async fn beat(
         .await
         .map_err(|e| format!("publish beat: {e}"))?;
     Ok(())
+}
+
+/// Publish-only connections to other fleets' vhosts, opened lazily, for presence beats.
+#[derive(Default)]
+struct Foreign {
+    open: HashMap<String, (Connection, lapin::Channel)>,
+    failing: HashSet<String>,
+}
+
+impl Foreign {
+    /// Sends the latest beat into each other fleet's `x.in.OWN`; a fleet that fails is retried
+    /// on the next beat, and logged once per failure spell.
+    async fn beat(
+        &mut self,
+        uri: &BrokerUri,
+        settings: &LinkSettings,
+        presence: &Presence,
+        leaving: bool,
+    ) {
+        let Some(body) = presence.last_beat.lock().ok().and_then(|b| b.clone()) else {
+            return;
+        };
+        let body = wire::PresenceBeat { leaving, ..body };
+        for fleet in &settings.beat_to {
+            if !self.open.contains_key(fleet) {
+                match self.connect(uri, fleet).await {
+                    Ok(pair) => {
+                        self.open.insert(fleet.clone(), pair);
+                    }
+                    Err(reason) => {
+                        self.failed(fleet, &reason);
+                        continue;
+                    }
+                }
+            }
+            let Some((_, channel)) = self.open.get(fleet) else {
+                continue;
+            };
+            let exchange = topology::ingress_exchange(&presence.fleet);
+            match publish_beat(channel, &exchange, settings, presence, fleet, body.clone()).await {
+                Ok(()) => {
+                    if self.failing.remove(fleet) {
+                        info!(peer.fleet = %fleet, "presence reaches fleet again");
+                    }
+                }
+                Err(reason) => {
+                    self.open.remove(fleet);
+                    self.failed(fleet, &reason);
+                }
+            }
+        }
+    }
+
+    async fn connect(
+        &self,
+        uri: &BrokerUri,
+        fleet: &str,
+    ) -> Result<(Connection, lapin::Channel), String> {
+        let connection = connect(uri, Some(&format!("/{fleet}")))
+            .await
+            .map_err(|e| e.to_string())?;
+        let channel = connection
+            .create_channel()
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok((connection, channel))
+    }
+
+    fn failed(&mut self, fleet: &str, reason: &str) {
+        if self.failing.insert(fleet.to_owned()) {
+            warn!(peer.fleet = %fleet, %reason, "cannot send presence to fleet; retrying every beat");
+        }
+    }
 }
 
 /// Checks a beat and records it in the roster, logging joins and departures.

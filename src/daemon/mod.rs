@@ -96,6 +96,13 @@ pub async fn run(
                 backoff_cap: config.broker.backoff_cap,
                 queue_type: config.broker.queue_type,
                 admit: config.broker.admit.clone(),
+                beat_to: config
+                    .peers
+                    .fleets()
+                    .into_iter()
+                    .filter(|f| *f != fleet)
+                    .map(str::to_owned)
+                    .collect(),
             };
             let roster = Arc::new(std::sync::Mutex::new(Roster::new(
                 HostId {
@@ -111,6 +118,7 @@ pub async fn run(
                 key,
                 fleet: fleet.clone(),
                 beat_ttl: config.roster.suspect_after,
+                last_beat: std::sync::Mutex::new(None),
             });
             let (status, receiver) = watch::channel(LinkStatus::Starting);
             api_state.link = Some(receiver.clone());

@@ -135,6 +135,11 @@ impl PinnedKeys {
         self.keys.insert((fleet.to_owned(), host.to_owned()), key);
     }
 
+    /// The fleets that have at least one pinned host.
+    pub fn fleets(&self) -> std::collections::BTreeSet<&str> {
+        self.keys.keys().map(|(fleet, _)| fleet.as_str()).collect()
+    }
+
     /// The key pinned for `host` in `fleet`.
     pub fn key(&self, fleet: &str, host: &str) -> Option<&PublicKey> {
         self.keys.get(&(fleet.to_owned(), host.to_owned()))
