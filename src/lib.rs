@@ -15,6 +15,7 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod audit;
 pub mod broker;
 pub mod cli;
 pub mod config;

@@ -257,5 +257,25 @@ async fn a_daemon_takes_in_genuine_messages_and_refuses_unpinned_ones() {
         "{seen}"
     );
     assert!(!seen.contains("hello"), "message bodies are never logged");
+    let audit_file = dir.path().join("state/fleetd/audit.jsonl");
+    let audit = std::fs::read_to_string(&audit_file).unwrap();
+    assert!(
+        audit.contains("\"event\":\"message.accepted\"") && audit.contains(&id),
+        "{audit}"
+    );
+    assert!(
+        audit.contains("\"event\":\"message.refused\"") && audit.contains("intruder"),
+        "{audit}"
+    );
+    let verify = Command::new(BIN)
+        .args(["audit", "verify", "--file", audit_file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        verify.status.success(),
+        "{}",
+        String::from_utf8_lossy(&verify.stderr)
+    );
+    assert!(String::from_utf8_lossy(&verify.stdout).contains("chain intact"));
     assert!(!seen.contains(&pb), "the broker password reached the log");
 }

@@ -74,7 +74,12 @@ pub struct Presence {
     pub beat_ttl: Duration,
     /// The last beat body sent to the own fleet, repeated to other fleets.
     pub last_beat: std::sync::Mutex<Option<wire::PresenceBeat>>,
+    /// Where decisions on inbound messages are recorded (the audit log).
+    pub record: Recorder,
 }
+
+/// Records a decision: an event name and its detail (the daemon writes it to the audit log).
+pub type Recorder = Arc<dyn Fn(&'static str, serde_json::Value) + Send + Sync>;
 
 /// How the link behaves.
 #[derive(Clone, Debug)]
@@ -265,7 +270,7 @@ async fn serve(
     loop {
         tokio::select! {
             delivery = consumer.next() => match delivery {
-                Some(Ok(delivery)) => take_in(inbound, delivery).await,
+                Some(Ok(delivery)) => take_in(inbound, delivery, &presence.record).await,
                 Some(Err(error)) => return Some(error.to_string()),
                 None => return Some("the broker cancelled the consumer".to_owned()),
             },
@@ -476,7 +481,7 @@ pub fn log_change(change: &Change) {
 
 /// Checks one delivery and acknowledges it — unless it could not be recorded, in which case it
 /// stays unacknowledged and is redelivered. Never rejected with `requeue=false`.
-async fn take_in(inbound: &Inbound, delivery: lapin::message::Delivery) {
+async fn take_in(inbound: &Inbound, delivery: lapin::message::Delivery, record: &Recorder) {
     let outcome = inbound.accept(
         delivery.exchange.as_str(),
         &delivery.properties,
@@ -486,6 +491,14 @@ async fn take_in(inbound: &Inbound, delivery: lapin::message::Delivery) {
     match &outcome {
         Ok(Accepted::New(accepted)) => {
             let (meta, _) = accepted.as_ref();
+            record(
+                "message.accepted",
+                serde_json::json!({
+                    "msg_id": meta.id.to_string(), "kind": meta.kind.as_str(),
+                    "origin": {"fleet": meta.origin.fleet, "host": meta.origin.host},
+                    "exchange": delivery.exchange.as_str(),
+                }),
+            );
             info!(msg.id = %meta.id, msg.kind = meta.kind.as_str(), origin.fleet = %meta.origin.fleet, origin.host = %meta.origin.host, "message taken in");
         }
         Ok(Accepted::Duplicate(id)) => debug!(msg.id = %id, "duplicate message dropped"),
@@ -494,7 +507,19 @@ async fn take_in(inbound: &Inbound, delivery: lapin::message::Delivery) {
             return;
         }
         Err(refusal) => {
-            warn!(reason = %refusal, exchange = %delivery.exchange, "message refused and dropped")
+            let id = delivery
+                .properties
+                .message_id()
+                .as_ref()
+                .map(|id| id.as_str().chars().take(64).collect::<String>());
+            record(
+                "message.refused",
+                serde_json::json!({
+                    "msg_id": id, "reason": refusal.to_string(), "exchange": delivery.exchange.as_str(),
+                    "user_id": delivery.properties.user_id().as_ref().map(|u| u.as_str().chars().take(64).collect::<String>()),
+                }),
+            );
+            warn!(reason = %refusal, exchange = %delivery.exchange, "message refused and dropped");
         }
     }
     match delivery.ack(BasicAckOptions::default()).await {

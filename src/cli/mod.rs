@@ -2,6 +2,7 @@
 //!
 //! Imports: `api` (its client), `broker`, `daemon`, `config`, `policy`, `secret`, `scrub`, `wire`.
 
+mod audit;
 mod broker;
 mod config_check;
 pub mod exit;
@@ -95,6 +96,9 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The audit log.
+    #[command(subcommand)]
+    Audit(audit::AuditCommand),
     /// Messages held for the primary.
     Inbox {
         /// What to do.
@@ -154,6 +158,7 @@ pub fn main() -> ExitCode {
         Command::Policy(ref command) => policy::run(command, cli.config.as_deref(), &out),
         Command::Broker(ref command) => broker::run(command, cli.config.as_deref(), &out),
         Command::Key(ref command) => key::run(command, cli.config.as_deref(), &out),
+        Command::Audit(ref command) => audit::run(command, cli.config.as_deref(), &out),
         Command::Status { json } => local::status(cli.config.as_deref(), json, &out),
         Command::Roster { json } => local::roster(cli.config.as_deref(), json, &out),
         Command::Inbox { ref command, json } => {

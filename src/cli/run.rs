@@ -55,7 +55,7 @@ pub(super) fn run(
         }
     }
     let format = log_format.unwrap_or(config.log_format);
-    if let Err(error) = daemon::log::init(format, &config.log_level, scrubber) {
+    if let Err(error) = daemon::log::init(format, &config.log_level, scrubber.clone()) {
         out.error(&error);
         return exit::code(exit::FAILED);
     }
@@ -69,7 +69,7 @@ pub(super) fn run(
             return exit::code(exit::FAILED);
         }
     };
-    match runtime.block_on(daemon::run(config, secrets, policy)) {
+    match runtime.block_on(daemon::run(config, secrets, policy, scrubber)) {
         Ok(()) => exit::code(exit::OK),
         Err(error) => {
             tracing::error!(%error, "fleetd failed");

@@ -20,11 +20,14 @@ use self::policy::PolicyHandle;
 use std::sync::Arc;
 
 use crate::api::{self, ApiState};
+use crate::audit::Audit;
 use crate::broker::inbound::Inbound;
+use crate::broker::link::Recorder;
 use crate::broker::link::{self, LinkSettings, LinkStatus, Presence};
 use crate::config::Config;
 use crate::config::HOST_KEY;
 use crate::roster::{HostId, Roster};
+use crate::scrub::Scrubber;
 use crate::secret::{BROKER_URI, BrokerUri, Resolved, hardening_state};
 use crate::state::{Limits, StateStore};
 use crate::wire::HostKey;
@@ -50,6 +53,9 @@ pub enum RunError {
     /// The state store could not be opened.
     #[error("cannot open the state store")]
     State(#[source] crate::state::StateError),
+    /// The audit log could not be opened (or its chain is broken).
+    #[error("cannot open the audit log")]
+    Audit(#[source] crate::audit::AuditError),
     /// The local API socket could not be bound.
     #[error("cannot serve the local api")]
     Api(#[source] crate::api::ApiError),
@@ -60,6 +66,7 @@ pub async fn run(
     config: Config,
     secrets: Vec<Resolved>,
     policy: PolicyHandle,
+    scrubber: Scrubber,
 ) -> Result<(), RunError> {
     let (stop, stopped) = watch::channel(false);
     let mut tasks = JoinSet::new();
@@ -89,6 +96,9 @@ pub async fn run(
                 .map_err(RunError::State)?;
             let skew_ms = i64::try_from(config.broker.skew.as_millis()).unwrap_or(i64::MAX);
             let state = Arc::new(state);
+            let audit = Arc::new(
+                Audit::open(&config.paths.state, scrubber.clone()).map_err(RunError::Audit)?,
+            );
             api_state.state = Some(Arc::clone(&state));
             let inbound = Arc::new(Inbound::new(&fleet, config.peers.clone(), skew_ms, state));
             let settings = LinkSettings {
@@ -119,6 +129,7 @@ pub async fn run(
                 fleet: fleet.clone(),
                 beat_ttl: config.roster.suspect_after,
                 last_beat: std::sync::Mutex::new(None),
+                record: recorder(Arc::clone(&audit)),
             });
             let (status, receiver) = watch::channel(LinkStatus::Starting);
             api_state.link = Some(receiver.clone());
@@ -209,4 +220,13 @@ async fn keep_roster(roster: Arc<std::sync::Mutex<Roster>>, mut stop: watch::Rec
             _ = stop.changed() => return,
         }
     }
+}
+
+/// Records decisions in the audit log; a failed write is logged (it needs an operator).
+fn recorder(audit: Arc<Audit>) -> Recorder {
+    Arc::new(move |event, detail| {
+        if let Err(error) = audit.record(event, detail) {
+            tracing::error!(%error, "cannot write the audit log");
+        }
+    })
 }

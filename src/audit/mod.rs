@@ -1,0 +1,231 @@
+//! The audit log: an append-only, hash-chained JSON-lines file of every decision, scrubbed.
+//!
+//! Each line is `{"seq":N,"ts":MS,"event":"…","detail":{…},"prev":"HEX","hash":"HEX"}` where
+//! `hash` = SHA-256 of `prev` followed by the line's bytes without its `hash` field. Changing,
+//! removing or reordering a line breaks the chain from there on; `fleetd audit verify` finds it.
+//!
+//! Imports: `scrub` (every record passes through it).
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
+
+use crate::scrub::Scrubber;
+
+/// The audit file inside the state directory.
+pub const FILE: &str = "audit.jsonl";
+
+const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+/// Errors from writing or reading the audit log.
+#[derive(Debug, thiserror::Error)]
+pub enum AuditError {
+    /// The file could not be opened, read or written.
+    #[error("audit log `{}`: {source}", .path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The chain is broken at a line.
+    #[error("audit log broken at line {line}: {reason}")]
+    Broken {
+        /// 1-based line.
+        line: usize,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// An open audit log.
+pub struct Audit {
+    path: PathBuf,
+    scrubber: Scrubber,
+    inner: Mutex<Tail>,
+}
+
+struct Tail {
+    file: File,
+    seq: u64,
+    hash: String,
+}
+
+impl std::fmt::Debug for Audit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Audit")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Audit {
+    /// Opens (creating, mode 0600) the log in `dir`, after verifying the chain so far.
+    pub fn open(dir: &Path, scrubber: Scrubber) -> Result<Audit, AuditError> {
+        let path = dir.join(FILE);
+        let io = |source| AuditError::Io {
+            path: path.clone(),
+            source,
+        };
+        let (seq, hash) = if path.exists() {
+            verify(&path)?
+        } else {
+            (0, GENESIS.to_owned())
+        };
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(io)?;
+        Ok(Audit {
+            path,
+            scrubber,
+            inner: Mutex::new(Tail { file, seq, hash }),
+        })
+    }
+
+    /// Appends one record (scrubbed) and syncs it to disk.
+    pub fn record(&self, event: &str, detail: Value) -> Result<(), AuditError> {
+        let mut tail = self
+            .inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let seq = tail.seq + 1;
+        let ts = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        // Scrub the detail as text, so a secret in any field is redacted before hashing.
+        let detail: Value =
+            serde_json::from_str(&self.scrubber.scrub(&detail.to_string())).unwrap_or(Value::Null);
+        let body =
+            json!({"seq": seq, "ts": ts, "event": event, "detail": detail, "prev": tail.hash});
+        let text = body.to_string();
+        let hash = chain(&tail.hash, &text);
+        let mut line = text;
+        line.truncate(line.len().saturating_sub(1)); // drop the closing brace to append `hash`
+        line.push_str(&format!(",\"hash\":\"{hash}\"}}\n"));
+        let io = |source| AuditError::Io {
+            path: self.path.clone(),
+            source,
+        };
+        tail.file.write_all(line.as_bytes()).map_err(io)?;
+        tail.file.sync_data().map_err(io)?;
+        tail.seq = seq;
+        tail.hash = hash;
+        Ok(())
+    }
+}
+
+/// Checks the whole chain; returns the last sequence number and hash.
+pub fn verify(path: &Path) -> Result<(u64, String), AuditError> {
+    let io = |source| AuditError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    let reader = BufReader::new(File::open(path).map_err(io)?);
+    let mut prev = GENESIS.to_owned();
+    let mut seq = 0;
+    for (index, line) in reader.lines().enumerate() {
+        let line = line.map_err(io)?;
+        let broken = |reason: &str| AuditError::Broken {
+            line: index + 1,
+            reason: reason.to_owned(),
+        };
+        let mut record: Map<String, Value> =
+            serde_json::from_str(&line).map_err(|_| broken("not a JSON object"))?;
+        let hash = match record.remove("hash") {
+            Some(Value::String(hash)) => hash,
+            _ => return Err(broken("no hash")),
+        };
+        if record.get("prev").and_then(Value::as_str) != Some(prev.as_str()) {
+            return Err(broken("`prev` is not the hash of the line before"));
+        }
+        if record.get("seq").and_then(Value::as_u64) != Some(seq + 1) {
+            return Err(broken("sequence number out of order"));
+        }
+        let text = Value::Object(record).to_string();
+        if chain(&prev, &text) != hash {
+            return Err(broken("the hash does not match the line"));
+        }
+        prev = hash;
+        seq += 1;
+    }
+    Ok((seq, prev))
+}
+
+fn chain(prev: &str, text: &str) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(prev.as_bytes());
+    hasher.update(text.as_bytes());
+    hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use secrecy::SecretString;
+
+    use super::*;
+
+    #[test]
+    fn records_chain_and_any_change_is_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let scrubber = Scrubber::new();
+        scrubber
+            .register("canary", &SecretString::from("Aud1tCanaryValue"))
+            .unwrap();
+        {
+            let audit = Audit::open(dir.path(), scrubber.clone()).unwrap();
+            for i in 0..5 {
+                audit
+                    .record(
+                        "message.refused",
+                        json!({"n": i, "reason": "token Aud1tCanaryValue"}),
+                    )
+                    .unwrap();
+            }
+        }
+        let path = dir.path().join(FILE);
+        assert_eq!(verify(&path).unwrap().0, 5);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(!text.contains("Aud1tCanaryValue"), "records are scrubbed");
+        // Reopening continues the chain.
+        Audit::open(dir.path(), scrubber.clone())
+            .unwrap()
+            .record("x", json!({}))
+            .unwrap();
+        assert_eq!(verify(&path).unwrap().0, 6);
+
+        let lines: Vec<&str> = text.lines().collect();
+        let tampered = text.replacen("\"n\":2", "\"n\":7", 1);
+        std::fs::write(&path, &tampered).unwrap();
+        assert!(matches!(
+            verify(&path),
+            Err(AuditError::Broken { line: 3, .. })
+        ));
+        let removed: String = lines
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != 1)
+            .map(|(_, l)| format!("{l}\n"))
+            .collect();
+        std::fs::write(&path, removed).unwrap();
+        assert!(matches!(
+            verify(&path),
+            Err(AuditError::Broken { line: 2, .. })
+        ));
+        assert!(
+            Audit::open(dir.path(), scrubber).is_err(),
+            "a broken log is not appended to"
+        );
+    }
+}
