@@ -6,7 +6,9 @@
 
 use std::path::{Path, PathBuf};
 
-use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
+use redb::{
+    Database, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition,
+};
 use uuid::Uuid;
 
 const REPLAY: TableDefinition<'_, &[u8], i64> = TableDefinition::new("replay");
@@ -201,8 +203,17 @@ impl StateStore {
     }
 
     /// Drops a confirmed message; `false` when it was not there.
+    ///
+    /// Committed without waiting for the disk: if a crash loses the removal, the message is
+    /// republished with its original id after restart and the receiver drops the duplicate.
+    /// That saves one sync per message on the send path.
     pub fn outbox_remove(&self, id: Uuid) -> Result<bool, StateError> {
-        self.remove(OUTBOX, "outbox remove", id)
+        self.write_with("outbox remove", Durability::None, |txn| {
+            Ok(txn
+                .open_table(OUTBOX)?
+                .remove(id.as_bytes().as_slice())?
+                .is_some())
+        })
     }
 
     /// Every unconfirmed message, oldest first (UUIDv7 order).
@@ -298,13 +309,24 @@ impl StateStore {
         Ok(out)
     }
 
-    /// Runs `f` in one write transaction and commits it.
+    /// Runs `f` in one write transaction and commits it durably.
     fn write<T>(
         &self,
         op: &'static str,
         f: impl FnOnce(&redb::WriteTransaction) -> Result<T, redb::Error>,
     ) -> Result<T, StateError> {
-        let txn = or_fail!(op, self.db.begin_write());
+        self.write_with(op, Durability::Immediate, f)
+    }
+
+    /// Runs `f` in one write transaction committed with `durability`.
+    fn write_with<T>(
+        &self,
+        op: &'static str,
+        durability: Durability,
+        f: impl FnOnce(&redb::WriteTransaction) -> Result<T, redb::Error>,
+    ) -> Result<T, StateError> {
+        let mut txn = or_fail!(op, self.db.begin_write());
+        or_fail!(op, txn.set_durability(durability));
         let value = or_fail!(op, f(&txn));
         or_fail!(op, txn.commit());
         Ok(value)
