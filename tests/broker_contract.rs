@@ -4,69 +4,11 @@
 
 #![allow(clippy::unwrap_used, clippy::panic, reason = "test code fails loudly")]
 
-use std::io::Write;
-use std::process::{Command, Output, Stdio};
-use std::time::{SystemTime, UNIX_EPOCH};
+mod common;
 
-const BIN: &str = env!("CARGO_BIN_EXE_fleetd");
+use std::process::Command;
 
-fn admin_uri() -> String {
-    std::env::var("FLEETD_TEST_ADMIN_URI")
-        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/".to_owned())
-}
-
-/// Removes the test fleets' vhosts and users, even when the test fails.
-struct Fleets(Vec<String>);
-
-impl Drop for Fleets {
-    fn drop(&mut self) {
-        for fleet in &self.0 {
-            let _ = Command::new("rabbitmqctl")
-                .args(["-q", "delete_vhost", &format!("/{fleet}")])
-                .output();
-            let _ = Command::new("rabbitmqctl")
-                .args(["-q", "delete_user", fleet])
-                .output();
-        }
-    }
-}
-
-fn text(output: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
-}
-
-fn grants(fleet: &str, admit: &str, password: &str) {
-    let mut child = Command::new(BIN)
-        .args([
-            "broker", "grants", "--fleet", fleet, "--admit", admit, "--apply",
-        ])
-        .env("FLEETD_ADMIN_URI", admin_uri())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(format!("{password}\n").as_bytes())
-        .unwrap();
-    let output = child.wait_with_output().unwrap();
-    let out = text(&output);
-    assert!(
-        output.status.success(),
-        "grants for {fleet} failed (is RabbitMQ running and `rabbitmqctl` usable as this user? scripts/test starts it): {out}"
-    );
-    assert!(
-        !out.contains(password),
-        "the password leaked into the output: {out}"
-    );
-}
+use common::{BIN, Fleets, grants, nonce};
 
 fn contract(user: &str, password: &str, own_vhost: &str, vhost: &str, expect: &str) -> String {
     let uri = format!("amqp://{user}:{password}@127.0.0.1:5672/%2F{own_vhost}");
@@ -84,7 +26,11 @@ fn contract(user: &str, password: &str, own_vhost: &str, vhost: &str, expect: &s
         .env("FLEETD_TEST_BROKER_URI", uri)
         .output()
         .unwrap();
-    let out = text(&output);
+    let out = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
     assert!(
         !out.contains(password),
         "the password leaked into the contract output: {out}"
@@ -98,26 +44,22 @@ fn contract(user: &str, password: &str, own_vhost: &str, vhost: &str, expect: &s
 
 #[test]
 fn own_vhost_passes_all_eight_and_other_vhosts_fail_all_eight() {
-    let nonce = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos()
-        % 1_000_000_000;
+    let nonce = nonce();
     let (a, b, c) = (
         format!("ct-a{nonce}"),
         format!("ct-b{nonce}"),
         format!("ct-c{nonce}"),
     );
-    let _cleanup = Fleets(vec![a.clone(), b.clone(), c.clone()]);
+    let _cleanup = Fleets::new(&[&a, &b, &c]);
     let (pa, pb, pc) = (
         format!("PwA{nonce}x"),
         format!("PwB{nonce}x"),
         format!("PwC{nonce}x"),
     );
-    grants(&a, &b, &pa);
-    grants(&b, &a, &pb);
-    grants(&a, &b, &pa); // re-applied once b exists: b gets its write on x.in.b in /a
-    grants(&c, &a, &pc);
+    grants(&a, &[&b], &pa);
+    grants(&b, &[&a], &pb);
+    grants(&a, &[&b], &pa); // re-applied once b exists: b gets its write on x.in.b in /a
+    grants(&c, &[&a], &pc);
 
     let own = contract(&a, &pa, &a, &format!("/{a}"), "capable");
     assert!(own.contains("8/8 checks passed"), "{own}");

@@ -10,11 +10,12 @@
     reason = "test code fails loudly"
 )]
 
-use std::io::Write;
-use std::process::{Command, Stdio};
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use common::{Fleets, grants, nonce};
 use fleetd::broker::inbound::{Accepted, Inbound, InboundRefusal};
 use fleetd::broker::publish::{Publisher, SendOutcome};
 use fleetd::broker::{connect, envelope, topology};
@@ -28,45 +29,6 @@ use lapin::options::{
 use lapin::types::FieldTable;
 use secrecy::SecretString;
 use uuid::Uuid;
-
-const BIN: &str = env!("CARGO_BIN_EXE_fleetd");
-
-struct Fleets(Vec<String>);
-
-impl Drop for Fleets {
-    fn drop(&mut self) {
-        for fleet in &self.0 {
-            let _ = Command::new("rabbitmqctl")
-                .args(["-q", "delete_vhost", &format!("/{fleet}")])
-                .output();
-            let _ = Command::new("rabbitmqctl")
-                .args(["-q", "delete_user", fleet])
-                .output();
-        }
-    }
-}
-
-fn grants(fleet: &str, admit: &str, password: &str) {
-    let mut child = Command::new(BIN)
-        .args([
-            "broker", "grants", "--fleet", fleet, "--admit", admit, "--apply",
-        ])
-        .env("FLEETD_ADMIN_URI", "amqp://guest:guest@127.0.0.1:5672/")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(format!("{password}\n").as_bytes())
-        .unwrap();
-    assert!(
-        child.wait().unwrap().success(),
-        "grants for {fleet} (is RabbitMQ running? scripts/test starts it)"
-    );
-}
 
 fn uri(user: &str, password: &str) -> BrokerUri {
     BrokerUri::parse(&SecretString::from(format!(
@@ -134,17 +96,13 @@ async fn take(
 
 #[tokio::test]
 async fn envelopes_cross_fleets_once_and_every_forgery_is_refused() {
-    let nonce = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos()
-        % 1_000_000_000;
+    let nonce = nonce();
     let (a, b) = (format!("rt-a{nonce}"), format!("rt-b{nonce}"));
-    let _cleanup = Fleets(vec![a.clone(), b.clone()]);
+    let _cleanup = Fleets::new(&[&a, &b]);
     let (pa, pb) = (format!("PwA{nonce}x"), format!("PwB{nonce}x"));
-    grants(&a, &b, &pa);
-    grants(&b, &a, &pb);
-    grants(&a, &b, &pa);
+    grants(&a, &[&b], &pa);
+    grants(&b, &[&a], &pb);
+    grants(&a, &[&b], &pa);
 
     let key_a = HostKey::generate().unwrap().0;
     let mut pins = PinnedKeys::default();

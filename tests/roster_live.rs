@@ -5,35 +5,14 @@
 
 #![allow(clippy::unwrap_used, clippy::panic, reason = "test code fails loudly")]
 
-use std::io::{BufRead, BufReader, Write};
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::mpsc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_fleetd");
-
-struct Cleanup {
-    fleets: Vec<String>,
-    children: Vec<Child>,
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        for child in &mut self.children {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        for fleet in &self.fleets {
-            let _ = Command::new("rabbitmqctl")
-                .args(["-q", "delete_vhost", &format!("/{fleet}")])
-                .output();
-            let _ = Command::new("rabbitmqctl")
-                .args(["-q", "delete_user", fleet])
-                .output();
-        }
-    }
-}
+use common::{BIN, Fleets, grants, nonce, spawn_logged, terminate};
 
 struct Host {
     name: String,
@@ -65,31 +44,6 @@ fn host(root: &Path, name: &str) -> Host {
     }
 }
 
-/// Applies the broker grants for `fleet`, admitting `admit`.
-fn grants(fleet: &str, admit: Option<&str>, password: &str) {
-    let mut args = vec!["broker", "grants", "--fleet", fleet, "--apply"];
-    if let Some(origin) = admit {
-        args.extend_from_slice(&["--admit", origin]);
-    }
-    let mut child = Command::new(BIN)
-        .args(&args)
-        .env("FLEETD_ADMIN_URI", "amqp://guest:guest@127.0.0.1:5672/")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(format!("{password}\n").as_bytes())
-        .unwrap();
-    assert!(
-        child.wait().unwrap().success(),
-        "grants (is RabbitMQ running? scripts/test starts it)"
-    );
-}
-
 /// Starts `host` in `fleet`, pinning `peer` of `peer_fleet`; `admit` lists fleets it takes in.
 fn start(
     host: &Host,
@@ -113,7 +67,8 @@ fn start(
         ),
     )
     .unwrap();
-    let mut child = Command::new(BIN)
+    let mut command = Command::new(BIN);
+    command
         .args(["--config", config.to_str().unwrap(), "run"])
         .env("CREDENTIALS_DIRECTORY", host.dir.join("credentials"))
         .env("HOME", &host.dir)
@@ -122,58 +77,22 @@ fn start(
         .env(
             "FLEETD_R_URI",
             format!("amqp://{fleet}:{password}@127.0.0.1:5672/%2F{fleet}"),
-        )
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (send, lines) = mpsc::channel();
-    let stderr = child.stderr.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if send.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    (child, lines)
+        );
+    spawn_logged(command)
 }
 
 /// Waits for a log line containing every needle; returns how long it took.
 fn wait_for(lines: &mpsc::Receiver<String>, needles: &[&str], within: Duration) -> Duration {
-    let start = Instant::now();
-    let mut seen = String::new();
-    while start.elapsed() < within {
-        if let Ok(line) = lines.recv_timeout(Duration::from_millis(100)) {
-            if needles.iter().all(|n| line.contains(n)) {
-                return start.elapsed();
-            }
-            seen.push_str(&line);
-            seen.push('\n');
-        }
-    }
-    panic!("no line with {needles:?} within {within:?}; logged:\n{seen}");
-}
-
-fn terminate(child: &Child) {
-    let pid = rustix::process::Pid::from_raw(i32::try_from(child.id()).unwrap()).unwrap();
-    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    common::wait_for(lines, &mut String::new(), needles, within)
 }
 
 #[test]
 fn peers_join_go_suspect_are_reaped_come_back_and_leave() {
-    let nonce = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos()
-        % 1_000_000_000;
+    let nonce = nonce();
     let fleet = format!("ro{nonce}");
     let password = format!("PwR{nonce}x");
-    let mut cleanup = Cleanup {
-        fleets: vec![fleet.clone()],
-        children: Vec::new(),
-    };
-    grants(&fleet, None, &password);
+    let mut cleanup = Fleets::new(&[&fleet]);
+    grants(&fleet, &[], &password);
     let root = tempfile::tempdir().unwrap();
     let (one, two) = (host(root.path(), "one"), host(root.path(), "two"));
 
@@ -256,20 +175,13 @@ fn peers_join_go_suspect_are_reaped_come_back_and_leave() {
 
 #[test]
 fn presence_crosses_fleets_through_ingress_exchanges() {
-    let nonce = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos()
-        % 1_000_000_000;
+    let nonce = nonce();
     let (a, b) = (format!("xa{nonce}"), format!("xb{nonce}"));
     let (pa, pb) = (format!("PwXA{nonce}x"), format!("PwXB{nonce}x"));
-    let mut cleanup = Cleanup {
-        fleets: vec![a.clone(), b.clone()],
-        children: Vec::new(),
-    };
-    grants(&a, Some(&b), &pa);
-    grants(&b, Some(&a), &pb);
-    grants(&a, Some(&b), &pa);
+    let mut cleanup = Fleets::new(&[&a, &b]);
+    grants(&a, &[&b], &pa);
+    grants(&b, &[&a], &pb);
+    grants(&a, &[&b], &pa);
     let root = tempfile::tempdir().unwrap();
     let (alpha, beta) = (host(root.path(), "alpha"), host(root.path(), "beta"));
     let (first, watch_alpha) = start(&alpha, (&beta, &b), &a, &pa, &[&b]);
