@@ -9,10 +9,13 @@
     reason = "test code fails loudly"
 )]
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, Command, Stdio};
+mod common;
+
+use std::process::Command;
 use std::sync::{Arc, mpsc};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use common::{BIN, Fleets, grants, nonce, spawn_logged};
 
 use fleetd::broker::connect;
 use fleetd::broker::publish::{Publisher, SendOutcome};
@@ -23,45 +26,16 @@ use fleetd::wire::{self, AgentMessage, HostKey, Kind, Meta, Party, Payload};
 use secrecy::SecretString;
 use uuid::Uuid;
 
-const BIN: &str = env!("CARGO_BIN_EXE_fleetd");
-
-struct Cleanup(Vec<String>, Option<Child>);
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        if let Some(child) = &mut self.1 {
-            let _ = child.kill();
-        }
-        for fleet in &self.0 {
-            let _ = Command::new("rabbitmqctl")
-                .args(["-q", "delete_vhost", &format!("/{fleet}")])
-                .output();
-            let _ = Command::new("rabbitmqctl")
-                .args(["-q", "delete_user", fleet])
-                .output();
-        }
-    }
-}
-
-fn fleetd(args: &[&str], input: Option<&str>) -> std::process::Output {
-    let mut child = Command::new(BIN)
-        .args(args)
-        .env("FLEETD_ADMIN_URI", "amqp://guest:guest@127.0.0.1:5672/")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
+fn key_init(path: &std::path::Path) {
+    let init = Command::new(BIN)
+        .args(["key", "init", "--credential-file", path.to_str().unwrap()])
+        .output()
         .unwrap();
-    if let Some(input) = input {
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(input.as_bytes())
-            .unwrap();
-    }
-    drop(child.stdin.take());
-    child.wait_with_output().unwrap()
+    assert!(
+        init.status.success(),
+        "key init: {}",
+        String::from_utf8_lossy(&init.stderr)
+    );
 }
 
 fn message(fleet: &str, host: &str, dest: &str) -> (Meta, Payload) {
@@ -100,57 +74,24 @@ fn message(fleet: &str, host: &str, dest: &str) -> (Meta, Payload) {
 }
 
 fn wait_for(lines: &mpsc::Receiver<String>, seen: &mut String, needle: &str) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while Instant::now() < deadline {
-        if let Ok(line) = lines.recv_timeout(Duration::from_millis(200)) {
-            seen.push_str(&line);
-            seen.push('\n');
-            if line.contains(needle) {
-                return;
-            }
-        }
-    }
-    panic!("no `{needle}` within 20 s; the daemon logged:\n{seen}");
+    common::wait_for(lines, seen, &[needle], Duration::from_secs(20));
 }
 
 #[tokio::test]
 async fn a_daemon_takes_in_genuine_messages_and_refuses_unpinned_ones() {
-    let nonce = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos()
-        % 1_000_000_000;
+    let nonce = nonce();
     let (a, b) = (format!("di-a{nonce}"), format!("di-b{nonce}"));
-    let mut cleanup = Cleanup(vec![a.clone(), b.clone()], None);
+    let mut cleanup = Fleets::new(&[&a, &b]);
     let (pa, pb) = (format!("PwA{nonce}x"), format!("PwB{nonce}x"));
-    for (fleet, admit, password) in [(&a, &b, &pa), (&b, &a, &pb), (&a, &b, &pa)] {
-        let out = fleetd(
-            &[
-                "broker", "grants", "--fleet", fleet, "--admit", admit, "--apply",
-            ],
-            Some(&format!("{password}\n")),
-        );
-        assert!(
-            out.status.success(),
-            "grants (is RabbitMQ running? scripts/test starts it): {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    grants(&a, &[&b], &pa);
+    grants(&b, &[&a], &pb);
+    grants(&a, &[&b], &pa);
 
     let (key_a, _) = HostKey::generate().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let credentials = dir.path().join("credentials");
     std::fs::create_dir(&credentials).unwrap();
-    let init = fleetd(
-        &[
-            "key",
-            "init",
-            "--credential-file",
-            credentials.join("host-key").to_str().unwrap(),
-        ],
-        None,
-    );
-    assert!(init.status.success());
+    key_init(&credentials.join("host-key"));
     let config = dir.path().join("fleetd.toml");
     std::fs::write(
         &config,
@@ -161,7 +102,8 @@ async fn a_daemon_takes_in_genuine_messages_and_refuses_unpinned_ones() {
         ),
     )
     .unwrap();
-    let mut child = Command::new(BIN)
+    let mut command = Command::new(BIN);
+    command
         .args(["--config", config.to_str().unwrap(), "run"])
         .env("CREDENTIALS_DIRECTORY", &credentials)
         .env("HOME", dir.path())
@@ -170,21 +112,9 @@ async fn a_daemon_takes_in_genuine_messages_and_refuses_unpinned_ones() {
         .env(
             "FLEETD_B_URI",
             format!("amqp://{b}:{pb}@127.0.0.1:5672/%2F{b}"),
-        )
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (send, lines) = mpsc::channel();
-    let stderr = child.stderr.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if send.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    cleanup.1 = Some(child);
+        );
+    let (child, lines) = spawn_logged(command);
+    cleanup.children.push(child);
     let mut seen = String::new();
     wait_for(&lines, &mut seen, "broker connected");
 
