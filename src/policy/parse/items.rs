@@ -208,21 +208,7 @@ impl Ctx<'_> {
         })?;
         let what = format!("grant.{id}");
         let mut ok = self.required(table, schema::GRANT, id_span.clone(), &what);
-        let fleets = self.name_set(
-            table,
-            "fleets",
-            &what,
-            names::valid_fleet,
-            "lowercase letters, digits, `-`, `_`",
-        );
-        let hosts = self.name_set(
-            table,
-            "hosts",
-            &what,
-            names::valid_host,
-            "letters, digits, `.`, `-`, `_`",
-        );
-        let profiles = self.name_set(table, "profiles", &what, names::valid_id, "a profile name");
+        let (fleets, hosts, profiles) = self.scope(table, &what);
         if let Some((_, spans)) = &profiles {
             profile_refs.extend(spans.iter().cloned());
         }
@@ -353,21 +339,7 @@ impl Ctx<'_> {
             None
         })?;
         let what = format!("deny.{id}");
-        let fleets = self.name_set(
-            table,
-            "fleets",
-            &what,
-            names::valid_fleet,
-            "lowercase letters, digits, `-`, `_`",
-        );
-        let hosts = self.name_set(
-            table,
-            "hosts",
-            &what,
-            names::valid_host,
-            "letters, digits, `.`, `-`, `_`",
-        );
-        let profiles = self.name_set(table, "profiles", &what, names::valid_id, "a profile name");
+        let (fleets, hosts, profiles) = self.scope(table, &what);
         let env = self.name_set(
             table,
             "env",
@@ -402,6 +374,30 @@ impl Ctx<'_> {
             }
         }
         Some((deny, id_span))
+    }
+
+    /// The `fleets`, `hosts` and `profiles` lists a grant or deny rule is scoped by.
+    fn scope(
+        &mut self,
+        table: &DeTable<'_>,
+        what: &str,
+    ) -> (Option<NamedSet>, Option<NamedSet>, Option<NamedSet>) {
+        let fleets = self.name_set(
+            table,
+            "fleets",
+            what,
+            names::valid_fleet,
+            "lowercase letters, digits, `-`, `_`",
+        );
+        let hosts = self.name_set(
+            table,
+            "hosts",
+            what,
+            names::valid_host,
+            "letters, digits, `.`, `-`, `_`",
+        );
+        let profiles = self.name_set(table, "profiles", what, names::valid_id, "a profile name");
+        (fleets, hosts, profiles)
     }
 }
 

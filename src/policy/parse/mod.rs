@@ -24,6 +24,9 @@ use crate::scrub;
 /// A name as written, with its span.
 pub(super) type Named = (String, Range<usize>);
 
+/// A checked set of names and each as written.
+type NamedSet = (BTreeSet<String>, Vec<Named>);
+
 /// What one file defines, with the spans the cross-file checks need.
 #[derive(Default)]
 pub(super) struct FileItems {
@@ -398,7 +401,7 @@ impl Ctx<'_> {
         what: &str,
         valid: fn(&str) -> bool,
         form: &str,
-    ) -> Option<(BTreeSet<String>, Vec<Named>)> {
+    ) -> Option<NamedSet> {
         let items = self.strings(table, key, what)?;
         let mut set = BTreeSet::new();
         for (name, span) in &items {
