@@ -9,8 +9,6 @@
 //! Both brokers match these regexes unanchored, so each is anchored here. The password is never
 //! on a command line: `rabbitmqctl add_user NAME` reads it from stdin.
 
-use std::fmt::Write as _;
-
 use super::topology::ingress_exchange;
 
 /// Objects a fleet's own user may configure and write: its exchanges, inboxes and gateway queues.
@@ -66,102 +64,70 @@ pub enum Tool {
 /// The commands that set up `fleet`, admitting `admits`, as a shell script to review and run.
 pub fn script(fleet: &str, admits: &[String], tool: Tool) -> String {
     let vhost = vhost(fleet);
-    let own = own_permissions();
+    let api = "http://localhost:15672/api";
+    let ctl = match tool {
+        Tool::Rabbitmqctl => "rabbitmqctl",
+        Tool::Lavinmqctl => "lavinmqctl",
+    };
     let mut out = String::new();
-    let _ = writeln!(
-        out,
+    let mut line = |text: String| {
+        out.push_str(&text);
+        out.push('\n');
+    };
+    line(format!(
         "# fleet `{fleet}`: vhost {vhost}, user {fleet} without tags, least-privilege permissions"
-    );
+    ));
+    line(format!("{ctl} add_vhost {}", quote(&vhost)));
     match tool {
         Tool::Rabbitmqctl => {
-            let _ = writeln!(out, "rabbitmqctl add_vhost {}", quote(&vhost));
-            let _ = writeln!(
-                out,
-                "# reads the password from stdin; never put it on a command line"
-            );
-            let _ = writeln!(
-                out,
+            line("# reads the password from stdin; never put it on a command line".to_owned());
+            line(format!(
                 "rabbitmqctl add_user {} < /path/to/{fleet}.password",
                 quote(fleet)
-            );
-            let _ = writeln!(out, "rabbitmqctl set_user_tags {}", quote(fleet));
-            let _ = writeln!(
-                out,
-                "rabbitmqctl set_permissions -p {} {} {} {} {}",
-                quote(&vhost),
-                quote(fleet),
-                quote(&own.configure),
-                quote(&own.write),
-                quote(&own.read)
-            );
-            for origin in admits {
-                let p = admitted_permissions(origin);
-                let exchange = ingress_exchange(origin);
-                let _ = writeln!(
-                    out,
-                    "# admit fleet `{origin}`: an ingress exchange only the admin declares, write-only for {origin}"
-                );
-                let _ = writeln!(
-                    out,
-                    "rabbitmqadmin --vhost={} declare exchange name={exchange} type=topic durable=true   # or: fleetd broker grants --apply",
-                    quote(&vhost)
-                );
-                let _ = writeln!(
-                    out,
-                    "rabbitmqctl set_permissions -p {} {} {} {} {}",
-                    quote(&vhost),
-                    quote(origin),
-                    quote(&p.configure),
-                    quote(&p.write),
-                    quote(&p.read)
-                );
-            }
+            ));
+            line(format!("rabbitmqctl set_user_tags {}", quote(fleet)));
         }
         Tool::Lavinmqctl => {
-            let api = "http://localhost:15672/api";
-            let encoded = format!("%2F{fleet}");
-            let _ = writeln!(out, "lavinmqctl add_vhost {}", quote(&vhost));
-            let _ = writeln!(
-                out,
-                "# the password arrives on stdin as JSON, never on a command line: {{\"password\":\"…\",\"tags\":\"\"}}"
-            );
-            let _ = writeln!(
-                out,
+            line("# the password arrives on stdin as JSON, never on a command line: {\"password\":\"…\",\"tags\":\"\"}".to_owned());
+            line(format!(
                 "curl -fsS -u admin -H 'content-type: application/json' -X PUT --data-binary @- {api}/users/{fleet} < /path/to/{fleet}.user.json"
-            );
-            let _ = writeln!(
-                out,
-                "lavinmqctl set_permissions -p {} {} {} {} {}",
-                quote(&vhost),
-                quote(fleet),
-                quote(&own.configure),
-                quote(&own.write),
-                quote(&own.read)
-            );
-            for origin in admits {
-                let p = admitted_permissions(origin);
-                let exchange = ingress_exchange(origin);
-                let _ = writeln!(
-                    out,
-                    "# admit fleet `{origin}`: an ingress exchange only the admin declares, write-only for {origin}"
-                );
-                let _ = writeln!(
-                    out,
-                    "curl -fsS -u admin -H 'content-type: application/json' -X PUT -d '{{\"type\":\"topic\",\"durable\":true}}' {api}/exchanges/{encoded}/{exchange}"
-                );
-                let _ = writeln!(
-                    out,
-                    "lavinmqctl set_permissions -p {} {} {} {} {}",
-                    quote(&vhost),
-                    quote(origin),
-                    quote(&p.configure),
-                    quote(&p.write),
-                    quote(&p.read)
-                );
-            }
+            ));
         }
     }
+    line(set_permissions(ctl, &vhost, fleet, &own_permissions()));
+    for origin in admits {
+        let exchange = ingress_exchange(origin);
+        line(format!(
+            "# admit fleet `{origin}`: an ingress exchange only the admin declares, write-only for {origin}"
+        ));
+        line(match tool {
+            Tool::Rabbitmqctl => format!(
+                "rabbitmqadmin --vhost={} declare exchange name={exchange} type=topic durable=true   # or: fleetd broker grants --apply",
+                quote(&vhost)
+            ),
+            Tool::Lavinmqctl => format!(
+                "curl -fsS -u admin -H 'content-type: application/json' -X PUT -d '{{\"type\":\"topic\",\"durable\":true}}' {api}/exchanges/%2F{fleet}/{exchange}"
+            ),
+        });
+        line(set_permissions(
+            ctl,
+            &vhost,
+            origin,
+            &admitted_permissions(origin),
+        ));
+    }
     out
+}
+
+fn set_permissions(ctl: &str, vhost: &str, user: &str, p: &Permissions) -> String {
+    format!(
+        "{ctl} set_permissions -p {} {} {} {} {}",
+        quote(vhost),
+        quote(user),
+        quote(&p.configure),
+        quote(&p.write),
+        quote(&p.read)
+    )
 }
 
 /// Single-quotes `text` for a POSIX shell.
