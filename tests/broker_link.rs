@@ -4,31 +4,24 @@
 
 #![allow(clippy::unwrap_used, clippy::panic, reason = "test code fails loudly")]
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+mod common;
 
-const BIN: &str = env!("CARGO_BIN_EXE_fleetd");
+use std::process::Command;
+use std::time::Duration;
 
-/// Restarts the broker app and removes the test fleet, even when the test fails.
-struct Cleanup {
-    fleet: String,
-}
+use common::{BIN, Fleets, grants, nonce, spawn_logged, terminate, wait_for};
 
-impl Drop for Cleanup {
+/// Starts the broker app again, even when the test fails (declared after `Fleets`, so it is
+/// dropped first and the clean-up finds the broker running).
+struct BrokerUp;
+
+impl Drop for BrokerUp {
     fn drop(&mut self) {
         let _ = Command::new("rabbitmqctl")
             .args(["-q", "start_app"])
             .output();
         let _ = Command::new("rabbitmqctl")
             .args(["-q", "await_startup"])
-            .output();
-        let _ = Command::new("rabbitmqctl")
-            .args(["-q", "delete_vhost", &format!("/{}", self.fleet)])
-            .output();
-        let _ = Command::new("rabbitmqctl")
-            .args(["-q", "delete_user", &self.fleet])
             .output();
     }
 }
@@ -43,56 +36,13 @@ fn ctl(args: &[&str]) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
-fn wait_for(
-    lines: &mpsc::Receiver<String>,
-    seen: &mut String,
-    needle: &str,
-    within: Duration,
-    child: &mut Child,
-) {
-    let deadline = Instant::now() + within;
-    while Instant::now() < deadline {
-        if let Ok(line) = lines.recv_timeout(Duration::from_millis(200)) {
-            seen.push_str(&line);
-            seen.push('\n');
-            if line.contains(needle) {
-                return;
-            }
-        }
-    }
-    let _ = child.kill();
-    panic!("no `{needle}` within {within:?}; the daemon logged:\n{seen}");
-}
-
 #[test]
 fn a_daemon_started_while_the_broker_is_down_connects_when_it_comes_back() {
-    let nonce = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos()
-        % 1_000_000_000;
+    let nonce = nonce();
     let fleet = format!("lk{nonce}");
     let password = format!("PwL{nonce}x");
-    let _cleanup = Cleanup {
-        fleet: fleet.clone(),
-    };
-    let mut grants = Command::new(BIN)
-        .args(["broker", "grants", "--fleet", &fleet, "--apply"])
-        .env("FLEETD_ADMIN_URI", "amqp://guest:guest@127.0.0.1:5672/")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    grants
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(format!("{password}\n").as_bytes())
-        .unwrap();
-    assert!(
-        grants.wait().unwrap().success(),
-        "grants (is RabbitMQ running? scripts/test starts it)"
-    );
+    let mut cleanup = Fleets::new(&[&fleet]);
+    grants(&fleet, &[], &password);
 
     let dir = tempfile::tempdir().unwrap();
     let credentials = dir.path().join("credentials");
@@ -119,8 +69,10 @@ fn a_daemon_started_while_the_broker_is_down_connects_when_it_comes_back() {
         format!("host = \"h{nonce}\"\nfleet = \"{fleet}\"\n[broker]\nuriEnv = \"FLEETD_LINK_URI\"\nbackoff_cap_secs = 2\n[log]\nformat = \"json\"\n"),
     )
     .unwrap();
+    let _broker_up = BrokerUp;
     ctl(&["-q", "stop_app"]);
-    let mut child = Command::new(BIN)
+    let mut command = Command::new(BIN);
+    command
         .args(["--config", config.to_str().unwrap(), "run"])
         .env("CREDENTIALS_DIRECTORY", &credentials)
         .env("HOME", dir.path())
@@ -130,54 +82,38 @@ fn a_daemon_started_while_the_broker_is_down_connects_when_it_comes_back() {
         .env(
             "FLEETD_LINK_URI",
             format!("amqp://{fleet}:{password}@127.0.0.1:5672/%2F{fleet}"),
-        )
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (send, lines) = mpsc::channel();
-    let stderr = child.stderr.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if send.send(line).is_err() {
-                break;
-            }
-        }
-    });
+        );
+    let (child, lines) = spawn_logged(command);
+    cleanup.children.push(child);
     let mut seen = String::new();
     wait_for(
         &lines,
         &mut seen,
-        "fleetd ready",
+        &["fleetd ready"],
         Duration::from_secs(20),
-        &mut child,
     );
     wait_for(
         &lines,
         &mut seen,
-        "broker unreachable",
+        &["broker unreachable"],
         Duration::from_secs(20),
-        &mut child,
     );
     assert!(
-        child.try_wait().unwrap().is_none(),
+        cleanup.children[0].try_wait().unwrap().is_none(),
         "the daemon stays up without a broker"
     );
 
     ctl(&["-q", "start_app"]);
     ctl(&["-q", "await_startup"]);
-    let started = Instant::now();
-    wait_for(
+    let connected = wait_for(
         &lines,
         &mut seen,
-        "broker connected",
+        &["broker connected"],
         Duration::from_secs(30),
-        &mut child,
     );
     assert!(
-        started.elapsed() < Duration::from_secs(10),
-        "connected {:?} after the broker was up (cap 2 s)",
-        started.elapsed()
+        connected < Duration::from_secs(10),
+        "connected {connected:?} after the broker was up (cap 2 s)"
     );
 
     let status = Command::new(BIN)
@@ -207,9 +143,8 @@ fn a_daemon_started_while_the_broker_is_down_connects_when_it_comes_back() {
         "{control}"
     );
 
-    let pid = rustix::process::Pid::from_raw(i32::try_from(child.id()).unwrap()).unwrap();
-    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
-    assert!(child.wait().unwrap().success());
+    terminate(&cleanup.children[0]);
+    assert!(cleanup.children[0].wait().unwrap().success());
     assert!(
         !seen.contains(&password),
         "the broker password reached the log"

@@ -71,15 +71,9 @@ pub enum Expect {
 }
 
 pub(super) fn run(command: &BrokerCommand, config: Option<&Path>, out: &Output) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match super::runtime(&mut tokio::runtime::Builder::new_current_thread(), out) {
         Ok(runtime) => runtime,
-        Err(error) => {
-            out.error(&error);
-            return exit::code(exit::FAILED);
-        }
+        Err(code) => return code,
     };
     match command {
         BrokerCommand::Grants {

@@ -41,15 +41,9 @@ pub(super) fn ask(
             return exit::code(exit::USAGE);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match super::runtime(&mut tokio::runtime::Builder::new_current_thread(), out) {
         Ok(runtime) => runtime,
-        Err(error) => {
-            out.error(&error);
-            return exit::code(exit::FAILED);
-        }
+        Err(code) => return code,
     };
     let reply = match runtime.block_on(api::request(&config.paths.runtime, &request)) {
         Ok(reply) => reply,

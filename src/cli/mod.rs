@@ -166,3 +166,14 @@ pub fn main() -> ExitCode {
         }
     }
 }
+
+/// Builds a tokio runtime from `builder`; on failure reports it and gives the exit code.
+fn runtime(
+    builder: &mut tokio::runtime::Builder,
+    out: &Output,
+) -> Result<tokio::runtime::Runtime, ExitCode> {
+    builder.enable_all().build().map_err(|error| {
+        out.error(&error);
+        exit::code(exit::FAILED)
+    })
+}

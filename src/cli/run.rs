@@ -59,15 +59,9 @@ pub(super) fn run(
         out.error(&error);
         return exit::code(exit::FAILED);
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match super::runtime(&mut tokio::runtime::Builder::new_multi_thread(), &out) {
         Ok(runtime) => runtime,
-        Err(error) => {
-            out.error(&error);
-            return exit::code(exit::FAILED);
-        }
+        Err(code) => return code,
     };
     match runtime.block_on(daemon::run(config, secrets, policy, scrubber)) {
         Ok(()) => exit::code(exit::OK),
