@@ -151,8 +151,11 @@ impl Scrubber {
 /// Whether `text` contains anything the scrubber would redact (used to refuse literal secrets in
 /// config and policy files).
 pub fn looks_secret(text: &str) -> Option<&'static str> {
-    let engine = Engine::default();
-    engine.first_kind(text.as_bytes())
+    // One shapes-only engine for every call: config and policy checks call this per value.
+    static SHAPES: std::sync::OnceLock<Engine> = std::sync::OnceLock::new();
+    SHAPES
+        .get_or_init(Engine::default)
+        .first_kind(text.as_bytes())
 }
 
 /// One regular expression per trigger, for the benchmark's naive baseline.
