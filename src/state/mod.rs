@@ -15,6 +15,8 @@ const REPLAY: TableDefinition<'_, &[u8], i64> = TableDefinition::new("replay");
 const DEDUPE: TableDefinition<'_, &[u8], i64> = TableDefinition::new("dedupe");
 const OUTBOX: TableDefinition<'_, &[u8], &[u8]> = TableDefinition::new("outbox");
 const HELD: TableDefinition<'_, &[u8], &[u8]> = TableDefinition::new("held");
+const AGENTS: TableDefinition<'_, &[u8], &[u8]> = TableDefinition::new("agents");
+const DELIVERY: TableDefinition<'_, &[u8], &[u8]> = TableDefinition::new("delivery");
 
 /// The database file inside the state directory.
 pub const FILE: &str = "state.redb";
@@ -69,6 +71,34 @@ pub enum StateError {
     },
 }
 
+/// One inbound message to take in, with what taking it in changes (all in one transaction).
+#[derive(Clone, Copy, Debug)]
+pub struct Incoming<'a> {
+    /// The signing key's id (replay entries are per key).
+    pub key_id: &'a str,
+    /// The message id.
+    pub id: Uuid,
+    /// Until when the replay entry is kept.
+    pub expires_ms: i64,
+    /// Held for local delivery.
+    pub hold: Option<&'a [u8]>,
+    /// Queued in the outbox (a delivery receipt for the sender).
+    pub outbox: Option<(Uuid, &'a [u8])>,
+    /// A delivery record to advance (see [`StateStore::delivery_advance`]).
+    pub delivery: Option<(Uuid, &'a [u8])>,
+}
+
+/// What became of one [`Incoming`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Taken {
+    /// New: recorded, and its effects applied.
+    New,
+    /// Seen before (a redelivery or a replay): nothing changed.
+    Duplicate,
+    /// The held store or the outbox is full: nothing recorded; leave it for redelivery.
+    Full,
+}
+
 /// What a prune removed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Pruned {
@@ -76,6 +106,8 @@ pub struct Pruned {
     pub replay: u64,
     /// Dedupe entries past retention.
     pub dedupe: u64,
+    /// Delivery records of messages created before the retention window.
+    pub delivery: u64,
 }
 
 /// The open state database.
@@ -122,6 +154,8 @@ impl StateStore {
             txn.open_table(DEDUPE)?;
             txn.open_table(OUTBOX)?;
             txn.open_table(HELD)?;
+            txn.open_table(AGENTS)?;
+            txn.open_table(DELIVERY)?;
             Ok(())
         })?;
         Ok(store)
@@ -134,9 +168,7 @@ impl StateStore {
         id: Uuid,
         expires_ms: i64,
     ) -> Result<bool, StateError> {
-        let mut key = key_id.as_bytes().to_vec();
-        key.push(0);
-        key.extend_from_slice(id.as_bytes());
+        let key = replay_key(key_id, id);
         self.write("replay insert", |txn| {
             let mut table = txn.open_table(REPLAY)?;
             if table.get(key.as_slice())?.is_some() {
@@ -170,36 +202,115 @@ impl StateStore {
         now_ms: i64,
         record: &[u8],
     ) -> Result<bool, StateError> {
-        let mut replay_key = key_id.as_bytes().to_vec();
-        replay_key.push(0);
-        replay_key.extend_from_slice(id.as_bytes());
-        let limit = self.limits.max_held;
-        let outcome = self.write("accept inbound", |txn| {
+        let item = Incoming {
+            key_id,
+            id,
+            expires_ms,
+            hold: Some(record),
+            outbox: None,
+            delivery: None,
+        };
+        match self.accept_batch(&[item], now_ms)?.first() {
+            Some(Taken::New) => Ok(true),
+            Some(Taken::Duplicate) => Ok(false),
+            _ => Err(StateError::Full {
+                what: "held store",
+                limit: self.limits.max_held,
+            }),
+        }
+    }
+
+    /// Takes a batch of inbound messages in **one** durable transaction (group commit: one disk
+    /// sync for a whole prefetch window). For each: unless (key id, message id) or the message id
+    /// was seen before, records both and applies its effects. A crash loses the whole batch or
+    /// nothing; the broker redelivers what was not acknowledged.
+    pub fn accept_batch(
+        &self,
+        items: &[Incoming<'_>],
+        now_ms: i64,
+    ) -> Result<Vec<Taken>, StateError> {
+        let limits = self.limits;
+        self.write("accept inbound", |txn| {
             let mut replay = txn.open_table(REPLAY)?;
             let mut dedupe = txn.open_table(DEDUPE)?;
-            if replay.get(replay_key.as_slice())?.is_some()
-                || dedupe.get(id.as_bytes().as_slice())?.is_some()
-            {
-                return Ok(Some(false));
-            }
             let mut held = txn.open_table(HELD)?;
-            if held.len()? >= limit {
-                return Ok(None);
+            let mut outbox = txn.open_table(OUTBOX)?;
+            let mut delivery = txn.open_table(DELIVERY)?;
+            let mut taken = Vec::with_capacity(items.len());
+            for item in items {
+                let replay_key = replay_key(item.key_id, item.id);
+                if replay.get(replay_key.as_slice())?.is_some()
+                    || dedupe.get(item.id.as_bytes().as_slice())?.is_some()
+                {
+                    taken.push(Taken::Duplicate);
+                    continue;
+                }
+                if (item.hold.is_some() && held.len()? >= limits.max_held)
+                    || (item.outbox.is_some() && outbox.len()? >= limits.max_outbox)
+                {
+                    taken.push(Taken::Full);
+                    continue;
+                }
+                replay.insert(replay_key.as_slice(), item.expires_ms)?;
+                dedupe.insert(item.id.as_bytes().as_slice(), now_ms)?;
+                if let Some(record) = item.hold {
+                    held.insert(item.id.as_bytes().as_slice(), record)?;
+                }
+                if let Some((id, record)) = item.outbox {
+                    outbox.insert(id.as_bytes().as_slice(), record)?;
+                }
+                if let Some((id, record)) = item.delivery {
+                    advance(&mut delivery, id, record)?;
+                }
+                taken.push(Taken::New);
             }
-            replay.insert(replay_key.as_slice(), expires_ms)?;
-            dedupe.insert(id.as_bytes().as_slice(), now_ms)?;
-            held.insert(id.as_bytes().as_slice(), record)?;
-            Ok(Some(true))
-        })?;
-        outcome.ok_or(StateError::Full {
-            what: "held store",
-            limit,
+            Ok(taken)
         })
     }
 
     /// Keeps `record` until [`StateStore::outbox_remove`] (its publish was confirmed).
     pub fn outbox_put(&self, id: Uuid, record: &[u8]) -> Result<(), StateError> {
         self.put(OUTBOX, "outbox", self.limits.max_outbox, id, record)
+    }
+
+    /// Keeps `record` in the outbox and starts its delivery record, in one transaction.
+    pub fn outbox_put_tracked(
+        &self,
+        id: Uuid,
+        record: &[u8],
+        delivery: &[u8],
+    ) -> Result<(), StateError> {
+        let limit = self.limits.max_outbox;
+        let full = self.write("outbox", |txn| {
+            let mut outbox = txn.open_table(OUTBOX)?;
+            if outbox.len()? >= limit {
+                return Ok(true);
+            }
+            outbox.insert(id.as_bytes().as_slice(), record)?;
+            advance(&mut txn.open_table(DELIVERY)?, id, delivery)?;
+            Ok(false)
+        })?;
+        if full {
+            return Err(StateError::Full {
+                what: "outbox",
+                limit,
+            });
+        }
+        Ok(())
+    }
+
+    /// The broker answered for `id`: drops it from the outbox and advances delivery records, in
+    /// one transaction committed without waiting for the disk (a lost settlement only means the
+    /// message is republished with the same id and deduplicated by the receiver).
+    pub fn outbox_settle(&self, id: Uuid, deliveries: &[(Uuid, &[u8])]) -> Result<(), StateError> {
+        self.write_with("outbox settle", Durability::None, |txn| {
+            txn.open_table(OUTBOX)?.remove(id.as_bytes().as_slice())?;
+            let mut delivery = txn.open_table(DELIVERY)?;
+            for (id, record) in deliveries {
+                advance(&mut delivery, *id, record)?;
+            }
+            Ok(())
+        })
     }
 
     /// Drops a confirmed message; `false` when it was not there.
@@ -231,9 +342,70 @@ impl StateStore {
         self.list(HELD, "held list", limit)
     }
 
+    /// One held message.
+    pub fn held_get(&self, id: Uuid) -> Result<Option<Vec<u8>>, StateError> {
+        self.get(HELD, "held get", id)
+    }
+
     /// Acknowledges a held message; `false` when there was none.
     pub fn held_ack(&self, id: Uuid) -> Result<bool, StateError> {
         self.remove(HELD, "held ack", id)
+    }
+
+    /// Acknowledges a held message and, in the same transaction, queues `outbox` (a receipt for
+    /// its sender) and advances `delivery`; `false` (and nothing changed) when it was not held.
+    pub fn held_ack_with(
+        &self,
+        id: Uuid,
+        outbox: Option<(Uuid, &[u8])>,
+        delivery: Option<(Uuid, &[u8])>,
+    ) -> Result<bool, StateError> {
+        self.write("held ack", |txn| {
+            if txn
+                .open_table(HELD)?
+                .remove(id.as_bytes().as_slice())?
+                .is_none()
+            {
+                return Ok(false);
+            }
+            if let Some((id, record)) = outbox {
+                txn.open_table(OUTBOX)?
+                    .insert(id.as_bytes().as_slice(), record)?;
+            }
+            if let Some((id, record)) = delivery {
+                advance(&mut txn.open_table(DELIVERY)?, id, record)?;
+            }
+            Ok(true)
+        })
+    }
+
+    /// Registers (or replaces) a local agent's record.
+    pub fn agent_put(&self, id: Uuid, record: &[u8]) -> Result<(), StateError> {
+        self.put(AGENTS, "agent store", u64::MAX, id, record)
+    }
+
+    /// Every local agent, in id order.
+    pub fn agents_list(&self) -> Result<Vec<(Uuid, Vec<u8>)>, StateError> {
+        self.list(AGENTS, "agent list", usize::MAX)
+    }
+
+    /// Removes a local agent; `false` when there was none.
+    pub fn agent_remove(&self, id: Uuid) -> Result<bool, StateError> {
+        self.remove(AGENTS, "agent remove", id)
+    }
+
+    /// A message's delivery record.
+    pub fn delivery_get(&self, id: Uuid) -> Result<Option<Vec<u8>>, StateError> {
+        self.get(DELIVERY, "delivery get", id)
+    }
+
+    /// Advances a delivery record. Records begin with a rank byte; `record` replaces the stored
+    /// one only when its rank is higher, so late or repeated reports never move a message back.
+    /// `false` when it did not replace anything.
+    pub fn delivery_advance(&self, id: Uuid, record: &[u8]) -> Result<bool, StateError> {
+        self.write_with("delivery advance", Durability::None, |txn| {
+            advance(&mut txn.open_table(DELIVERY)?, id, record)
+        })
     }
 
     /// Drops expired replay entries and dedupe entries past retention.
@@ -249,6 +421,11 @@ impl StateStore {
             txn.open_table(DEDUPE)?.retain(|_, seen| {
                 let keep = seen > cutoff;
                 pruned.dedupe += u64::from(!keep);
+                keep
+            })?;
+            txn.open_table(DELIVERY)?.retain(|id, _| {
+                let keep = created_ms(id).is_none_or(|created| created > cutoff);
+                pruned.delivery += u64::from(!keep);
                 keep
             })?;
             Ok(pruned)
@@ -276,6 +453,18 @@ impl StateStore {
         } else {
             Ok(())
         }
+    }
+
+    fn get(
+        &self,
+        table: TableDefinition<'_, &[u8], &[u8]>,
+        op: &'static str,
+        id: Uuid,
+    ) -> Result<Option<Vec<u8>>, StateError> {
+        let txn = or_fail!(op, self.db.begin_read());
+        let t = or_fail!(op, txn.open_table(table));
+        let value = or_fail!(op, t.get(id.as_bytes().as_slice()));
+        Ok(value.map(|v| v.value().to_vec()))
     }
 
     fn remove(
@@ -331,6 +520,37 @@ impl StateStore {
         or_fail!(op, txn.commit());
         Ok(value)
     }
+}
+
+/// The replay cache key: key id, NUL, message id.
+fn replay_key(key_id: &str, id: Uuid) -> Vec<u8> {
+    let mut key = key_id.as_bytes().to_vec();
+    key.push(0);
+    key.extend_from_slice(id.as_bytes());
+    key
+}
+
+/// Stores `record` for `id` unless the stored record's rank (first byte) is as high or higher.
+fn advance(
+    table: &mut redb::Table<'_, &[u8], &[u8]>,
+    id: Uuid,
+    record: &[u8],
+) -> Result<bool, redb::Error> {
+    let rank = |r: &[u8]| r.first().copied().unwrap_or(0);
+    let current = table
+        .get(id.as_bytes().as_slice())?
+        .map(|v| rank(v.value()));
+    if current.is_some_and(|c| c >= rank(record)) {
+        return Ok(false);
+    }
+    table.insert(id.as_bytes().as_slice(), record)?;
+    Ok(true)
+}
+
+/// The creation time of a UUIDv7 key, Unix milliseconds.
+fn created_ms(key: &[u8]) -> Option<i64> {
+    let (seconds, nanos) = Uuid::from_slice(key).ok()?.get_timestamp()?.to_unix();
+    i64::try_from(seconds.checked_mul(1000)? + u64::from(nanos / 1_000_000)).ok()
 }
 
 /// `DirBuilder::mode(0o700)` on Unix.

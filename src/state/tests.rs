@@ -55,7 +55,8 @@ fn prune_drops_only_what_expired() {
         s.prune(2_000).unwrap(),
         Pruned {
             replay: 1,
-            dedupe: 1
+            dedupe: 1,
+            delivery: 0
         }
     );
     assert!(s.replay_insert_new("k", old, 4_000).unwrap());
@@ -96,4 +97,134 @@ fn outbox_keeps_records_until_removed() {
     assert_eq!(s.outbox_list().unwrap(), vec![(id, b"payload".to_vec())]);
     assert!(s.outbox_remove(id).unwrap());
     assert!(s.outbox_list().unwrap().is_empty());
+}
+
+#[test]
+fn a_batch_commits_new_messages_with_their_effects_and_skips_duplicates() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = store(dir.path());
+    let (a, b, receipt, sent) = (
+        Uuid::now_v7(),
+        Uuid::now_v7(),
+        Uuid::now_v7(),
+        Uuid::now_v7(),
+    );
+    s.outbox_put_tracked(sent, b"out", &[1, b'q']).unwrap();
+    let item = |id, hold| Incoming {
+        key_id: "k",
+        id,
+        expires_ms: 10_000,
+        hold,
+        outbox: None,
+        delivery: None,
+    };
+    let items = [
+        Incoming {
+            outbox: Some((receipt, b"receipt".as_slice())),
+            ..item(a, Some(b"a".as_slice()))
+        },
+        item(a, Some(b"again".as_slice())),
+        Incoming {
+            delivery: Some((sent, [2, b'd'].as_slice())),
+            ..item(b, None)
+        },
+    ];
+    assert_eq!(
+        s.accept_batch(&items, 1).unwrap(),
+        vec![Taken::New, Taken::Duplicate, Taken::New]
+    );
+    assert_eq!(s.held_get(a).unwrap().unwrap(), b"a");
+    assert!(s.held_get(b).unwrap().is_none(), "b had nothing to hold");
+    let mut outbox: Vec<Uuid> = s
+        .outbox_list()
+        .unwrap()
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    outbox.sort();
+    let mut expected = vec![receipt, sent];
+    expected.sort();
+    assert_eq!(outbox, expected);
+    assert_eq!(s.delivery_get(sent).unwrap().unwrap(), vec![2, b'd']);
+    assert_eq!(
+        s.accept_batch(&[item(b, None)], 2).unwrap(),
+        vec![Taken::Duplicate],
+        "a message id is taken once"
+    );
+}
+
+#[test]
+fn a_batch_leaves_a_message_for_redelivery_when_the_held_store_is_full() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = store(dir.path());
+    let ids: Vec<Uuid> = (0..4).map(|_| Uuid::now_v7()).collect();
+    let items: Vec<Incoming<'_>> = ids
+        .iter()
+        .map(|id| Incoming {
+            key_id: "k",
+            id: *id,
+            expires_ms: 10_000,
+            hold: Some(b"m".as_slice()),
+            outbox: None,
+            delivery: None,
+        })
+        .collect();
+    let taken = s.accept_batch(&items, 1).unwrap();
+    assert_eq!(taken, vec![Taken::New, Taken::New, Taken::New, Taken::Full]);
+    assert!(s.held_ack(ids[0]).unwrap());
+    assert_eq!(
+        s.accept_batch(&items[3..], 1).unwrap(),
+        vec![Taken::New],
+        "a full store recorded nothing: the redelivery is taken"
+    );
+}
+
+#[test]
+fn delivery_records_only_move_forward() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = store(dir.path());
+    let id = Uuid::now_v7();
+    assert!(s.delivery_advance(id, &[1, b'q']).unwrap());
+    assert!(s.delivery_advance(id, &[3, b'd']).unwrap());
+    assert!(
+        !s.delivery_advance(id, &[2, b'x']).unwrap(),
+        "a late report is ignored"
+    );
+    assert!(
+        !s.delivery_advance(id, &[3, b'y']).unwrap(),
+        "a repeat is ignored"
+    );
+    assert_eq!(s.delivery_get(id).unwrap().unwrap(), vec![3, b'd']);
+    s.outbox_put_tracked(id, b"r", &[0]).unwrap();
+    s.outbox_settle(id, &[(id, [4, b'f'].as_slice())]).unwrap();
+    assert!(s.outbox_list().unwrap().is_empty());
+    assert_eq!(s.delivery_get(id).unwrap().unwrap(), vec![4, b'f']);
+}
+
+#[test]
+fn acking_a_held_message_queues_its_receipt_in_the_same_transaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = store(dir.path());
+    let (id, receipt) = (Uuid::now_v7(), Uuid::now_v7());
+    s.held_put(id, b"m").unwrap();
+    assert!(
+        s.held_ack_with(id, Some((receipt, b"r".as_slice())), None)
+            .unwrap()
+    );
+    assert!(
+        !s.held_ack_with(id, Some((Uuid::now_v7(), b"r".as_slice())), None)
+            .unwrap()
+    );
+    assert_eq!(s.outbox_list().unwrap().len(), 1, "one receipt, not two");
+}
+
+#[test]
+fn agents_are_kept_across_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let id = Uuid::now_v7();
+    store(dir.path()).agent_put(id, b"primary").unwrap();
+    let s = store(dir.path());
+    assert_eq!(s.agents_list().unwrap(), vec![(id, b"primary".to_vec())]);
+    assert!(s.agent_remove(id).unwrap());
+    assert!(s.agents_list().unwrap().is_empty());
 }
