@@ -23,6 +23,7 @@ pub mod daemon;
 pub mod pane;
 pub mod policy;
 pub mod roster;
+pub mod route;
 pub mod scrub;
 pub mod secret;
 pub mod state;

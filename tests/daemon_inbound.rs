@@ -38,7 +38,7 @@ fn key_init(path: &std::path::Path) {
     );
 }
 
-fn message(fleet: &str, host: &str, dest: &str) -> (Meta, Payload) {
+fn message(fleet: &str, host: &str, dest: &str, to: Uuid) -> (Meta, Payload) {
     let now = i64::try_from(
         SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -66,7 +66,7 @@ fn message(fleet: &str, host: &str, dest: &str) -> (Meta, Payload) {
         meta,
         Payload::AgentMessage(AgentMessage {
             v: wire::VERSION,
-            to: Uuid::now_v7(),
+            to,
             from: None,
             text: "hello".to_owned(),
         }),
@@ -128,8 +128,30 @@ async fn a_daemon_takes_in_genuine_messages_and_refuses_unpinned_ones() {
         .await
         .unwrap();
     let ingress = ingress_exchange(&a);
+    let cli = |args: &[&str]| {
+        let mut full = vec!["--config", config.to_str().unwrap()];
+        full.extend_from_slice(args);
+        let out = Command::new(BIN)
+            .args(&full)
+            .env("HOME", dir.path())
+            .env("XDG_RUNTIME_DIR", dir.path().join("run"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let primary = Uuid::parse_str(cli(&["agent", "open", "primary"]).trim()).unwrap();
+    assert_eq!(
+        cli(&["agent", "open", "primary"]).trim(),
+        primary.to_string(),
+        "an agent name keeps its global id"
+    );
 
-    let (meta, payload) = message(&a, "hosta", &b);
+    let (meta, payload) = message(&a, "hosta", &b, primary);
     let genuine = wire::seal(meta, &payload, &key_a);
     assert_eq!(
         publisher
@@ -146,20 +168,9 @@ async fn a_daemon_takes_in_genuine_messages_and_refuses_unpinned_ones() {
     assert!(seen.contains("message taken in"), "{seen}");
 
     let inbox = |args: &[&str]| {
-        let mut full = vec!["--config", config.to_str().unwrap(), "inbox"];
+        let mut full = vec!["inbox"];
         full.extend_from_slice(args);
-        let out = Command::new(BIN)
-            .args(&full)
-            .env("HOME", dir.path())
-            .env("XDG_RUNTIME_DIR", dir.path().join("run"))
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        cli(&full)
     };
     let id = genuine.meta.id.to_string();
     assert!(
@@ -176,7 +187,7 @@ async fn a_daemon_takes_in_genuine_messages_and_refuses_unpinned_ones() {
         "acknowledged messages are not offered again"
     );
 
-    let (meta, payload) = message(&a, "intruder", &b);
+    let (meta, payload) = message(&a, "intruder", &b, primary);
     publisher
         .send(&ingress, "ctl.hostb", &wire::seal(meta, &payload, &key_a))
         .await
@@ -188,7 +199,15 @@ async fn a_daemon_takes_in_genuine_messages_and_refuses_unpinned_ones() {
     );
     assert!(!seen.contains("hello"), "message bodies are never logged");
     let audit_file = dir.path().join("state/fleetd/audit.jsonl");
-    let audit = std::fs::read_to_string(&audit_file).unwrap();
+    // The log line comes first; the audit record follows in the same intake round.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let audit = loop {
+        let audit = std::fs::read_to_string(&audit_file).unwrap();
+        if audit.contains("message.refused") || std::time::Instant::now() > deadline {
+            break audit;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
     assert!(
         audit.contains("\"event\":\"message.accepted\"") && audit.contains(&id),
         "{audit}"

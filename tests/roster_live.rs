@@ -7,79 +7,11 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::Command;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{BIN, Fleets, grants, nonce, spawn_logged, terminate};
-
-struct Host {
-    name: String,
-    dir: PathBuf,
-    pubkey: String,
-}
-
-fn host(root: &Path, name: &str) -> Host {
-    let dir = root.join(name);
-    std::fs::create_dir_all(dir.join("credentials")).unwrap();
-    let key = dir.join("credentials/host-key");
-    let init = Command::new(BIN)
-        .args(["key", "init", "--credential-file", key.to_str().unwrap()])
-        .env("HOME", &dir)
-        .output()
-        .unwrap();
-    assert!(init.status.success());
-    let text = String::from_utf8_lossy(&init.stdout).into_owned();
-    let pubkey = text
-        .lines()
-        .find_map(|l| l.strip_prefix("pubkey = "))
-        .unwrap()
-        .trim_matches('"')
-        .to_owned();
-    Host {
-        name: name.to_owned(),
-        dir,
-        pubkey,
-    }
-}
-
-/// Starts `host` in `fleet`, pinning `peer` of `peer_fleet`; `admit` lists fleets it takes in.
-fn start(
-    host: &Host,
-    (peer, peer_fleet): (&Host, &str),
-    fleet: &str,
-    password: &str,
-    admit: &[&str],
-) -> (Child, mpsc::Receiver<String>) {
-    let admit: Vec<String> = admit.iter().map(|f| format!("\"{f}\"")).collect();
-    let config = host.dir.join("fleetd.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "host = \"{}\"\nfleet = \"{fleet}\"\n[broker]\nuriEnv = \"FLEETD_R_URI\"\nbackoff_cap_secs = 2\nadmit = [{}]\n\
-             [roster]\nbeat_secs = 1\nsuspect_secs = 3\nreap_secs = 6\n[log]\nformat = \"json\"\n\
-             [[peer]]\nfleet = \"{peer_fleet}\"\nhost = \"{}\"\npubkey = \"{}\"\n",
-            host.name,
-            admit.join(", "),
-            peer.name,
-            peer.pubkey
-        ),
-    )
-    .unwrap();
-    let mut command = Command::new(BIN);
-    command
-        .args(["--config", config.to_str().unwrap(), "run"])
-        .env("CREDENTIALS_DIRECTORY", host.dir.join("credentials"))
-        .env("HOME", &host.dir)
-        .env("XDG_STATE_HOME", host.dir.join("state"))
-        .env("XDG_RUNTIME_DIR", host.dir.join("run"))
-        .env(
-            "FLEETD_R_URI",
-            format!("amqp://{fleet}:{password}@127.0.0.1:5672/%2F{fleet}"),
-        );
-    spawn_logged(command)
-}
+use common::{BIN, Fleets, Host, grants, nonce, terminate};
 
 /// Waits for a log line containing every needle; returns how long it took.
 fn wait_for(lines: &mpsc::Receiver<String>, needles: &[&str], within: Duration) -> Duration {
@@ -94,11 +26,11 @@ fn peers_join_go_suspect_are_reaped_come_back_and_leave() {
     let mut cleanup = Fleets::new(&[&fleet]);
     grants(&fleet, &[], &password);
     let root = tempfile::tempdir().unwrap();
-    let (one, two) = (host(root.path(), "one"), host(root.path(), "two"));
+    let (one, two) = (Host::new(root.path(), "one"), Host::new(root.path(), "two"));
 
-    let (first, watch) = start(&one, (&two, &fleet), &fleet, &password, &[]);
+    let (first, watch) = one.start(&fleet, &password, &[], &[(&two, &fleet)]);
     cleanup.children.push(first);
-    let (second, _) = start(&two, (&one, &fleet), &fleet, &password, &[]);
+    let (second, _) = two.start(&fleet, &password, &[], &[(&one, &fleet)]);
     cleanup.children.push(second);
     wait_for(
         &watch,
@@ -152,7 +84,7 @@ fn peers_join_go_suspect_are_reaped_come_back_and_leave() {
     );
 
     // Restarted: back with a new boot.
-    let (again, _) = start(&two, (&one, &fleet), &fleet, &password, &[]);
+    let (again, _) = two.start(&fleet, &password, &[], &[(&one, &fleet)]);
     cleanup.children[1] = again;
     wait_for(
         &watch,
@@ -183,10 +115,13 @@ fn presence_crosses_fleets_through_ingress_exchanges() {
     grants(&b, &[&a], &pb);
     grants(&a, &[&b], &pa);
     let root = tempfile::tempdir().unwrap();
-    let (alpha, beta) = (host(root.path(), "alpha"), host(root.path(), "beta"));
-    let (first, watch_alpha) = start(&alpha, (&beta, &b), &a, &pa, &[&b]);
+    let (alpha, beta) = (
+        Host::new(root.path(), "alpha"),
+        Host::new(root.path(), "beta"),
+    );
+    let (first, watch_alpha) = alpha.start(&a, &pa, &[&b], &[(&beta, &b)]);
     cleanup.children.push(first);
-    let (second, watch_beta) = start(&beta, (&alpha, &a), &b, &pb, &[&a]);
+    let (second, watch_beta) = beta.start(&b, &pb, &[&a], &[(&alpha, &a)]);
     cleanup.children.push(second);
     let fleet_b = format!("\"peer.fleet\":\"{b}\"");
     let fleet_a = format!("\"peer.fleet\":\"{a}\"");

@@ -3,7 +3,8 @@
 //! request per connection, one JSON reply; requests are bounded in size and time. No port is
 //! ever opened.
 //!
-//! Imports: `roster` (the view), `state` (held messages), `broker` (the link status type).
+//! Imports: `roster` (the view), `route` (the [`Router`] the daemon implements), `broker` (the
+//! link status type).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -18,7 +19,7 @@ use uuid::Uuid;
 
 use crate::broker::link::LinkStatus;
 use crate::roster::Roster;
-use crate::state::StateStore;
+use crate::route::Router;
 
 /// The socket's file name in the runtime directory.
 pub const SOCKET: &str = "fleetd.sock";
@@ -36,8 +37,8 @@ pub struct ApiState {
     pub roster: Option<Arc<Mutex<Roster>>>,
     /// The broker link's status.
     pub link: Option<watch::Receiver<LinkStatus>>,
-    /// The state store (held messages).
-    pub state: Option<Arc<StateStore>>,
+    /// Sending, held messages and delivery states.
+    pub router: Option<Arc<dyn Router>>,
 }
 
 /// Why the socket could not be served.
@@ -144,39 +145,57 @@ fn answer(request: &Value, state: &ApiState) -> Value {
             },
             None => json!({"error": "no roster in single-host mode"}),
         },
-        Some("held.pull") => {
-            let limit = request
-                .get("limit")
-                .and_then(Value::as_u64)
-                .map_or(10, |n| n.min(100));
-            match &state.state {
-                Some(store) => match store.held_list(usize::try_from(limit).unwrap_or(10)) {
-                    Ok(held) => json!({"messages": held.iter().map(|(id, body)| json!({
-                        "id": id.to_string(),
-                        "body": String::from_utf8_lossy(body),
-                    })).collect::<Vec<_>>()}),
-                    Err(error) => json!({"error": error.to_string()}),
-                },
-                None => json!({"error": "no state store in single-host mode"}),
-            }
-        }
-        Some("held.ack") => {
-            let id = request
-                .get("id")
-                .and_then(Value::as_str)
-                .and_then(|s| Uuid::parse_str(s).ok());
-            match (id, &state.state) {
-                (None, _) => json!({"error": "`id` must be a message id"}),
-                (Some(_), None) => json!({"error": "no state store in single-host mode"}),
-                (Some(id), Some(store)) => match store.held_ack(id) {
-                    Ok(found) => json!({"acknowledged": found}),
-                    Err(error) => json!({"error": error.to_string()}),
-                },
+        Some(op @ ("agent.open" | "send" | "held.pull" | "held.ack" | "delivery")) => {
+            match &state.router {
+                Some(router) => routed(op, request, router.as_ref()),
+                None => json!({"error": "no routing in single-host mode (configure a broker)"}),
             }
         }
         Some(other) if other.len() <= 32 => json!({"error": format!("unknown op `{other}`")}),
         _ => json!({"error": "missing or unknown `op`"}),
     }
+}
+
+/// The routing ops; each reply is JSON with the result or an `error`.
+fn routed(op: &str, request: &Value, router: &dyn Router) -> Value {
+    let id = |field: &str| {
+        request
+            .get(field)
+            .and_then(Value::as_str)
+            .and_then(|s| Uuid::parse_str(s).ok())
+    };
+    let result = match op {
+        "agent.open" => match request.get("name").and_then(Value::as_str) {
+            Some(name) => router.open_agent(name).map(|id| json!({"id": id.to_string()})),
+            None => Err("`name` is required".to_owned()),
+        },
+        "send" => match (id("to"), request.get("text").and_then(Value::as_str)) {
+            (Some(to), Some(text)) => router.send(to, id("from"), text.to_owned()),
+            _ => Err("`to` (an agent id) and `text` are required".to_owned()),
+        },
+        "held.pull" => {
+            let limit = request
+                .get("limit")
+                .and_then(Value::as_u64)
+                .map_or(10, |n| n.clamp(1, 100));
+            router
+                .held(usize::try_from(limit).unwrap_or(10), id("agent"))
+                .map(|held| json!({"messages": held}))
+        }
+        "held.ack" => match id("id") {
+            Some(message) => router.ack(message).map(|found| json!({"acknowledged": found})),
+            None => Err("`id` must be a message id".to_owned()),
+        },
+        "delivery" => match id("id") {
+            Some(message) => router.delivery(message).map(|found| match found {
+                Some(tracked) => tracked,
+                None => json!({"error": format!("no delivery record for {message} (not sent from this host, or pruned)")}),
+            }),
+            None => Err("`id` must be a message id".to_owned()),
+        },
+        _ => Err(format!("unknown op `{op}`")),
+    };
+    result.unwrap_or_else(|error| json!({"error": error}))
 }
 
 /// Sends one request to the daemon's socket in `runtime_dir` and returns its reply.

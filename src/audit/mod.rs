@@ -92,29 +92,40 @@ impl Audit {
 
     /// Appends one record (scrubbed) and syncs it to disk.
     pub fn record(&self, event: &str, detail: Value) -> Result<(), AuditError> {
+        self.record_all(&[(event, detail)])
+    }
+
+    /// Appends records in order (each scrubbed and chained) with one disk sync for all of them.
+    pub fn record_all(&self, records: &[(&str, Value)]) -> Result<(), AuditError> {
+        if records.is_empty() {
+            return Ok(());
+        }
         let mut tail = self
             .inner
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let seq = tail.seq + 1;
         let ts = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-        // Scrub the detail as text, so a secret in any field is redacted before hashing.
-        let detail: Value =
-            serde_json::from_str(&self.scrubber.scrub(&detail.to_string())).unwrap_or(Value::Null);
-        let body =
-            json!({"seq": seq, "ts": ts, "event": event, "detail": detail, "prev": tail.hash});
-        let text = body.to_string();
-        let hash = chain(&tail.hash, &text);
-        let mut line = text;
-        line.truncate(line.len().saturating_sub(1)); // drop the closing brace to append `hash`
-        line.push_str(&format!(",\"hash\":\"{hash}\"}}\n"));
+        let (mut seq, mut hash) = (tail.seq, tail.hash.clone());
+        let mut lines = String::new();
+        for (event, detail) in records {
+            seq += 1;
+            // Scrub the detail as text, so a secret in any field is redacted before hashing.
+            let detail: Value = serde_json::from_str(&self.scrubber.scrub(&detail.to_string()))
+                .unwrap_or(Value::Null);
+            let body =
+                json!({"seq": seq, "ts": ts, "event": event, "detail": detail, "prev": hash});
+            let text = body.to_string();
+            hash = chain(&hash, &text);
+            lines.push_str(text.strip_suffix('}').unwrap_or(&text)); // `hash` goes before the `}`
+            lines.push_str(&format!(",\"hash\":\"{hash}\"}}\n"));
+        }
         let io = |source| AuditError::Io {
             path: self.path.clone(),
             source,
         };
-        tail.file.write_all(line.as_bytes()).map_err(io)?;
+        tail.file.write_all(lines.as_bytes()).map_err(io)?;
         tail.file.sync_data().map_err(io)?;
         tail.seq = seq;
         tail.hash = hash;

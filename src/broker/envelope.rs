@@ -121,6 +121,9 @@ pub(super) struct OutboxRecord {
     pub(super) exchange: String,
     /// The routing key.
     pub(super) key: String,
+    /// The sender follows its delivery state (agent messages; not receipts or replies).
+    #[serde(default)]
+    pub(super) tracked: bool,
     meta: Meta,
     body: String,
     signature: String,
@@ -132,6 +135,7 @@ impl OutboxRecord {
             vhost: vhost.to_owned(),
             exchange: exchange.to_owned(),
             key: key.to_owned(),
+            tracked: false,
             meta: sealed.meta.clone(),
             body: STANDARD.encode(&sealed.body),
             signature: STANDARD.encode(sealed.signature),

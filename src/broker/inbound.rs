@@ -91,8 +91,13 @@ impl Inbound {
         }
     }
 
+    /// The allowed clock skew, milliseconds.
+    pub fn skew_ms(&self) -> i64 {
+        self.skew_ms
+    }
+
     /// Steps 1–4: the broker-attested origin, then the envelope.
-    fn authentic(
+    pub(super) fn authentic(
         &self,
         exchange: &str,
         properties: &BasicProperties,

@@ -3,19 +3,25 @@
 //! in-flight confirms). After every (re)connect the topology is declared again, idempotently. An
 //! unreachable broker is a degraded state, never an exit; state changes are logged, not attempts.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures_lite::StreamExt;
-use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions};
+use lapin::message::Delivery;
+use lapin::options::{
+    BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions,
+    ConfirmSelectOptions,
+};
 use lapin::types::FieldTable;
 use lapin::{Connection, Event};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
+use super::deliver::{Courier, Outlets, Pump};
 use super::envelope;
-use super::inbound::{Accepted, Inbound, InboundRefusal};
+use super::inbound::{Inbound, InboundRefusal};
 use super::topology::{self, CTL_EXCHANGE, QueueType, ROSTER_EXCHANGE};
 use super::{ConnectError, connect};
 use crate::roster::{Change, HostId, Roster};
@@ -67,7 +73,7 @@ pub struct Presence {
     /// The roster (short critical sections, never held across an await).
     pub roster: Arc<std::sync::Mutex<Roster>>,
     /// The host key that signs beats.
-    pub key: HostKey,
+    pub key: Arc<HostKey>,
     /// This host's fleet (also its broker user).
     pub fleet: String,
     /// Beats expire after this long.
@@ -78,8 +84,9 @@ pub struct Presence {
     pub record: Recorder,
 }
 
-/// Records a decision: an event name and its detail (the daemon writes it to the audit log).
-pub type Recorder = Arc<dyn Fn(&'static str, serde_json::Value) + Send + Sync>;
+/// Records decisions, each an event name and its detail, in order (the daemon writes them to the
+/// audit log with one disk sync).
+pub type Recorder = Arc<dyn Fn(&[(&'static str, serde_json::Value)]) + Send + Sync>;
 
 /// How the link behaves.
 #[derive(Clone, Debug)]
@@ -102,6 +109,7 @@ pub async fn supervise(
     settings: LinkSettings,
     inbound: Arc<Inbound>,
     presence: Arc<Presence>,
+    courier: Arc<Courier>,
     status: watch::Sender<LinkStatus>,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -115,8 +123,15 @@ pub async fn supervise(
                 Ok(()) => {
                     failures = 0;
                     set(&status, LinkStatus::Up { since: now_ms() });
-                    let lost =
-                        serve(&connection, &uri, &settings, &inbound, &presence, &mut stop).await;
+                    let link = Served {
+                        connection: &connection,
+                        uri: &uri,
+                        settings: &settings,
+                        inbound: &inbound,
+                        presence: &presence,
+                        courier: &courier,
+                    };
+                    let lost = link.serve(&mut stop).await;
                     if lost.is_none() {
                         let _ = connection.close(200, "fleetd stopping".into()).await;
                         return;
@@ -206,99 +221,310 @@ async fn declare(connection: &Connection, settings: &LinkSettings) -> Result<(),
     Ok(())
 }
 
-/// Consumes the control queue, taking every delivery in through `inbound`, until the
-/// connection fails or the consumer is cancelled (`Some(reason)`: reconnect, re-declare,
-/// re-consume) or the stop signal arrives (`None`).
-async fn serve(
-    connection: &Connection,
-    uri: &BrokerUri,
-    settings: &LinkSettings,
-    inbound: &Inbound,
-    presence: &Presence,
-    stop: &mut watch::Receiver<bool>,
-) -> Option<String> {
-    let control = format!("gw.{}.ctl", settings.host);
-    let roster_queue = format!("gw.{}.roster", settings.host);
-    let channels = async {
-        let channel = connection
+/// What one connection serves.
+struct Served<'a> {
+    connection: &'a Connection,
+    uri: &'a BrokerUri,
+    settings: &'a LinkSettings,
+    inbound: &'a Inbound,
+    presence: &'a Presence,
+    courier: &'a Courier,
+}
+
+/// A delivery from any consumer, or the end of one (a broker cancel).
+type Forwarded = Result<Delivery, String>;
+
+impl Served<'_> {
+    /// Consumes the control queue and every local agent's inbox, publishes the outbox and this
+    /// host's beats, until the connection fails or a consumer is cancelled (`Some(reason)`:
+    /// reconnect, re-declare, re-consume) or the stop signal arrives (`None`).
+    async fn serve(&self, stop: &mut watch::Receiver<bool>) -> Option<String> {
+        let (tx, mut deliveries) = mpsc::channel::<Forwarded>(usize::from(PREFETCH) * 4);
+        let mut forwarders = JoinSet::new();
+        let mut consumed = HashSet::new();
+        let parts = async {
+            let consume = self.channel(true).await?;
+            let control = format!("gw.{}.ctl", self.settings.host);
+            self.consume(&consume, &control, &tx, &mut forwarders)
+                .await?;
+            let roster_queue = format!("gw.{}.roster", self.settings.host);
+            let no_ack = BasicConsumeOptions {
+                no_ack: true,
+                ..BasicConsumeOptions::default()
+            };
+            let roster = self
+                .channel(false)
+                .await?
+                .basic_consume(
+                    roster_queue.as_str().into(),
+                    "fleetd-roster".into(),
+                    no_ack,
+                    FieldTable::default(),
+                )
+                .await
+                .map_err(|e| format!("consume `{roster_queue}`: {e}"))?;
+            let beats_out = self.channel(false).await?;
+            let publish = self.channel(false).await?;
+            publish
+                .confirm_select(ConfirmSelectOptions::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok::<_, String>((consume, roster, beats_out, publish))
+        };
+        let (consume, mut roster, beats_out, publish) = match parts.await {
+            Ok(parts) => parts,
+            Err(reason) => return Some(reason),
+        };
+        self.announce_agents();
+        if let Err(reason) = self
+            .consume_agents(&consume, &tx, &mut forwarders, &mut consumed)
+            .await
+        {
+            return Some(reason);
+        }
+        let mut outlets = Outlets::new(publish, &self.uri.vhost, self.uri);
+        let mut pump = Pump::default();
+        let mut events = self.connection.events_listener();
+        let mut next_beat = tokio::time::Instant::now();
+        let mut retry = tokio::time::interval(Duration::from_secs(2));
+        let user = self.presence.fleet.clone();
+        let lost = loop {
+            tokio::select! {
+                first = deliveries.recv() => match first {
+                    Some(Ok(first)) => {
+                        let mut batch = vec![first];
+                        let mut ended = None;
+                        while batch.len() < usize::from(PREFETCH) {
+                            match deliveries.try_recv() {
+                                Ok(Ok(next)) => batch.push(next),
+                                Ok(Err(reason)) => {
+                                    ended = Some(reason);
+                                    break;
+                                }
+                                Err(_) => break,
+                            }
+                        }
+                        self.take_in(batch).await;
+                        if ended.is_some() {
+                            break ended;
+                        }
+                    }
+                    Some(Err(reason)) => break Some(reason),
+                    None => break Some("every consumer ended".to_owned()),
+                },
+                beat = roster.next() => match beat {
+                    Some(Ok(delivery)) => observe(self.inbound, self.presence, &delivery),
+                    Some(Err(error)) => break Some(error.to_string()),
+                    None => break Some("the broker cancelled the roster consumer".to_owned()),
+                },
+                () = self.courier.outbox_ready.notified() => {
+                    if let Err(reason) = pump.run(self.courier, &user, &mut outlets).await {
+                        break Some(reason);
+                    }
+                }
+                settled = pump.settle_next(self.courier), if pump.busy() => match settled {
+                    Some(Err(reason)) => break Some(format!("publisher confirm lost: {reason}")),
+                    Some(Ok(())) | None => {
+                        if !pump.busy()
+                            && let Err(reason) = pump.run(self.courier, &user, &mut outlets).await
+                        {
+                            break Some(reason);
+                        }
+                    }
+                },
+                _ = retry.tick() => {
+                    if let Err(reason) = pump.run(self.courier, &user, &mut outlets).await {
+                        break Some(reason);
+                    }
+                }
+                () = self.courier.agents_changed.notified() => {
+                    self.announce_agents();
+                    if let Err(reason) = self.consume_agents(&consume, &tx, &mut forwarders, &mut consumed).await {
+                        break Some(reason);
+                    }
+                }
+                () = tokio::time::sleep_until(next_beat) => {
+                    if let Err(reason) = beat(&beats_out, self.settings, self.presence, false).await {
+                        break Some(reason);
+                    }
+                    self.beat_foreign(&mut outlets, false).await;
+                    let interval = self.presence.roster.lock().map_or(Duration::from_secs(5), |r| r.next_interval());
+                    next_beat = tokio::time::Instant::now() + interval;
+                }
+                event = events.next() => match event {
+                    Some(Event::Error(error)) => break Some(error.to_string()),
+                    Some(_) => {}
+                    None => break Some("the connection ended".to_owned()),
+                },
+                _ = stop.changed() => {
+                    // A graceful stop tells peers at once instead of letting them wait for the reap.
+                    let _ = beat(&beats_out, self.settings, self.presence, true).await;
+                    self.beat_foreign(&mut outlets, true).await;
+                    // Give outstanding confirms a moment; what is left is republished next start.
+                    let drain = async { while pump.settle_next(self.courier).await.is_some() {} };
+                    let _ = tokio::time::timeout(Duration::from_secs(2), drain).await;
+                    break None;
+                }
+            }
+        };
+        outlets.close().await;
+        lost
+    }
+
+    /// A channel on this connection; consuming channels get `basic.qos`.
+    async fn channel(&self, consuming: bool) -> Result<lapin::Channel, String> {
+        let channel = self
+            .connection
             .create_channel()
             .await
             .map_err(|e| e.to_string())?;
-        channel
-            .basic_qos(PREFETCH, BasicQosOptions::default())
-            .await
-            .map_err(|e| e.to_string())?;
-        let ctl = channel
+        if consuming {
+            channel
+                .basic_qos(PREFETCH, BasicQosOptions::default())
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(channel)
+    }
+
+    /// Consumes `queue`, forwarding its deliveries (and its end) to `tx`.
+    async fn consume(
+        &self,
+        channel: &lapin::Channel,
+        queue: &str,
+        tx: &mpsc::Sender<Forwarded>,
+        forwarders: &mut JoinSet<()>,
+    ) -> Result<(), String> {
+        let mut consumer = channel
             .basic_consume(
-                control.as_str().into(),
-                "fleetd-ctl".into(),
+                queue.into(),
+                format!("fleetd-{queue}").as_str().into(),
                 BasicConsumeOptions::default(),
                 FieldTable::default(),
             )
             .await
-            .map_err(|e| format!("consume `{control}`: {e}"))?;
-        let beats_in = connection
-            .create_channel()
-            .await
-            .map_err(|e| e.to_string())?;
-        let no_ack = BasicConsumeOptions {
-            no_ack: true,
-            ..BasicConsumeOptions::default()
-        };
-        let roster = beats_in
-            .basic_consume(
-                roster_queue.as_str().into(),
-                "fleetd-roster".into(),
-                no_ack,
-                FieldTable::default(),
-            )
-            .await
-            .map_err(|e| format!("consume `{roster_queue}`: {e}"))?;
-        let beats_out = connection
-            .create_channel()
-            .await
-            .map_err(|e| e.to_string())?;
-        Ok::<_, String>((ctl, roster, beats_out))
-    };
-    let (mut consumer, mut roster, beats_out) = match channels.await {
-        Ok(parts) => parts,
-        Err(reason) => return Some(reason),
-    };
-    let mut events = connection.events_listener();
-    let mut next_beat = tokio::time::Instant::now();
-    let mut foreign = Foreign::default();
-    loop {
-        tokio::select! {
-            delivery = consumer.next() => match delivery {
-                Some(Ok(delivery)) => take_in(inbound, delivery, &presence.record).await,
-                Some(Err(error)) => return Some(error.to_string()),
-                None => return Some("the broker cancelled the consumer".to_owned()),
-            },
-            beat = roster.next() => match beat {
-                Some(Ok(delivery)) => observe(inbound, presence, &delivery),
-                Some(Err(error)) => return Some(error.to_string()),
-                None => return Some("the broker cancelled the roster consumer".to_owned()),
-            },
-            () = tokio::time::sleep_until(next_beat) => {
-                if let Err(reason) = beat(&beats_out, settings, presence, false).await {
-                    return Some(reason);
+            .map_err(|e| format!("consume `{queue}`: {e}"))?;
+        let tx = tx.clone();
+        let queue = queue.to_owned();
+        forwarders.spawn(async move {
+            while let Some(next) = consumer.next().await {
+                let failed = next.is_err();
+                if tx.send(next.map_err(|e| e.to_string())).await.is_err() || failed {
+                    return;
                 }
-                foreign.beat(uri, settings, presence, false).await;
-                let interval = presence.roster.lock().map_or(Duration::from_secs(5), |r| r.next_interval());
-                next_beat = tokio::time::Instant::now() + interval;
             }
-            event = events.next() => match event {
-                Some(Event::Error(error)) => return Some(error.to_string()),
-                Some(_) => {}
-                None => return Some("the connection ended".to_owned()),
-            },
-            _ = stop.changed() => {
-                // A graceful stop tells peers at once instead of letting them wait for the reap.
-                let _ = beat(&beats_out, settings, presence, true).await;
-                foreign.beat(uri, settings, presence, true).await;
-                return None;
+            let _ = tx
+                .send(Err(format!(
+                    "the broker cancelled the consumer of `{queue}`"
+                )))
+                .await;
+        });
+        Ok(())
+    }
+
+    /// Declares and consumes the inbox of every local agent not consumed yet.
+    async fn consume_agents(
+        &self,
+        channel: &lapin::Channel,
+        tx: &mpsc::Sender<Forwarded>,
+        forwarders: &mut JoinSet<()>,
+        consumed: &mut HashSet<uuid::Uuid>,
+    ) -> Result<(), String> {
+        let arguments =
+            topology::inbox_arguments(self.settings.queue_type, topology::DEFAULT_MAX_LENGTH);
+        for (id, _) in self.courier.local_agents() {
+            if consumed.contains(&id) {
+                continue;
+            }
+            let queue = topology::inbox_queue(&id.to_string());
+            topology::declare_bound_queue(
+                channel,
+                &queue,
+                topology::INBOX_EXCHANGE,
+                &id.to_string(),
+                arguments.clone(),
+            )
+            .await?;
+            self.consume(channel, &queue, tx, forwarders).await?;
+            consumed.insert(id);
+        }
+        Ok(())
+    }
+
+    /// Puts the local agents into this host's roster entry (announced with the next beat).
+    fn announce_agents(&self) {
+        announce(self.courier, &self.presence.roster);
+    }
+
+    /// Takes a window of deliveries in (one durable transaction), audits, then acknowledges.
+    async fn take_in(&self, batch: Vec<Delivery>) {
+        let views: Vec<(&str, &lapin::BasicProperties, &[u8])> = batch
+            .iter()
+            .map(|d| (d.exchange.as_str(), &d.properties, d.data.as_slice()))
+            .collect();
+        let (acks, audit) = self.courier.intake(self.inbound, &views);
+        (self.presence.record)(&audit);
+        for (delivery, ack) in batch.iter().zip(acks) {
+            if !ack {
+                continue;
+            }
+            match delivery.ack(BasicAckOptions::default()).await {
+                Ok(true) => {}
+                Ok(false) => debug!(
+                    "ack not sent (channel closing); the message will be redelivered and deduplicated"
+                ),
+                Err(error) => {
+                    warn!(%error, "ack failed; the message will be redelivered and deduplicated");
+                }
             }
         }
+    }
+
+    /// Sends the latest beat into each other fleet's `x.in.OWN`; a fleet that fails is retried
+    /// on the next beat.
+    async fn beat_foreign(&self, outlets: &mut Outlets<'_>, leaving: bool) {
+        let Some(body) = self.presence.last_beat.lock().ok().and_then(|b| b.clone()) else {
+            return;
+        };
+        let body = wire::PresenceBeat { leaving, ..body };
+        let exchange = topology::ingress_exchange(&self.presence.fleet);
+        for fleet in &self.settings.beat_to {
+            let vhost = format!("/{fleet}");
+            let Some(channel) = outlets.channel(&vhost).await else {
+                continue;
+            };
+            let sent = publish_beat(
+                &channel,
+                &exchange,
+                self.settings,
+                self.presence,
+                fleet,
+                body.clone(),
+            )
+            .await;
+            if let Err(reason) = sent {
+                debug!(peer.fleet = %fleet, %reason, "presence not sent; retried next beat");
+                outlets.drop_foreign(&vhost);
+            }
+        }
+    }
+}
+
+/// Puts `courier`'s local agents into this host's roster entry.
+pub fn announce(courier: &Courier, roster: &std::sync::Mutex<Roster>) {
+    let agents = courier
+        .local_agents()
+        .into_iter()
+        .map(|(id, agent)| wire::AgentEntry {
+            id,
+            name: agent.name,
+            profile: agent.profile,
+            status: "mailbox".to_owned(),
+            since: agent.since_ms,
+        })
+        .collect();
+    if let Ok(mut roster) = roster.lock() {
+        roster.set_local(agents);
     }
 }
 
@@ -370,79 +596,6 @@ async fn publish_beat(
     Ok(())
 }
 
-/// Publish-only connections to other fleets' vhosts, opened lazily, for presence beats.
-#[derive(Default)]
-struct Foreign {
-    open: HashMap<String, (Connection, lapin::Channel)>,
-    failing: HashSet<String>,
-}
-
-impl Foreign {
-    /// Sends the latest beat into each other fleet's `x.in.OWN`; a fleet that fails is retried
-    /// on the next beat, and logged once per failure spell.
-    async fn beat(
-        &mut self,
-        uri: &BrokerUri,
-        settings: &LinkSettings,
-        presence: &Presence,
-        leaving: bool,
-    ) {
-        let Some(body) = presence.last_beat.lock().ok().and_then(|b| b.clone()) else {
-            return;
-        };
-        let body = wire::PresenceBeat { leaving, ..body };
-        for fleet in &settings.beat_to {
-            if !self.open.contains_key(fleet) {
-                match self.connect(uri, fleet).await {
-                    Ok(pair) => {
-                        self.open.insert(fleet.clone(), pair);
-                    }
-                    Err(reason) => {
-                        self.failed(fleet, &reason);
-                        continue;
-                    }
-                }
-            }
-            let Some((_, channel)) = self.open.get(fleet) else {
-                continue;
-            };
-            let exchange = topology::ingress_exchange(&presence.fleet);
-            match publish_beat(channel, &exchange, settings, presence, fleet, body.clone()).await {
-                Ok(()) => {
-                    if self.failing.remove(fleet) {
-                        info!(peer.fleet = %fleet, "presence reaches fleet again");
-                    }
-                }
-                Err(reason) => {
-                    self.open.remove(fleet);
-                    self.failed(fleet, &reason);
-                }
-            }
-        }
-    }
-
-    async fn connect(
-        &self,
-        uri: &BrokerUri,
-        fleet: &str,
-    ) -> Result<(Connection, lapin::Channel), String> {
-        let connection = connect(uri, Some(&format!("/{fleet}")))
-            .await
-            .map_err(|e| e.to_string())?;
-        let channel = connection
-            .create_channel()
-            .await
-            .map_err(|e| e.to_string())?;
-        Ok((connection, channel))
-    }
-
-    fn failed(&mut self, fleet: &str, reason: &str) {
-        if self.failing.insert(fleet.to_owned()) {
-            warn!(peer.fleet = %fleet, %reason, "cannot send presence to fleet; retrying every beat");
-        }
-    }
-}
-
 /// Checks a beat and records it in the roster, logging joins and departures.
 fn observe(inbound: &Inbound, presence: &Presence, delivery: &lapin::message::Delivery) {
     match inbound.beat(
@@ -462,6 +615,10 @@ fn observe(inbound: &Inbound, presence: &Presence, delivery: &lapin::message::De
             };
             log_change(&change);
         }
+        // A beat that waited out its life in the queue (after an outage) is expected, not news.
+        Err(InboundRefusal::Envelope(wire::Refusal::Expired)) => {
+            debug!("expired presence beat dropped");
+        }
         Err(refusal) => warn!(reason = %refusal, "presence beat refused"),
     }
 }
@@ -476,58 +633,6 @@ pub fn log_change(change: &Change) {
         }
         Change::Reaped(h) => warn!(peer.fleet = %h.fleet, peer.host = %h.host, "peer reaped"),
         Change::Updated(_) | Change::Stale(_) => {}
-    }
-}
-
-/// Checks one delivery and acknowledges it — unless it could not be recorded, in which case it
-/// stays unacknowledged and is redelivered. Never rejected with `requeue=false`.
-async fn take_in(inbound: &Inbound, delivery: lapin::message::Delivery, record: &Recorder) {
-    let outcome = inbound.accept(
-        delivery.exchange.as_str(),
-        &delivery.properties,
-        &delivery.data,
-        now_ms(),
-    );
-    match &outcome {
-        Ok(Accepted::New(accepted)) => {
-            let (meta, _) = accepted.as_ref();
-            record(
-                "message.accepted",
-                serde_json::json!({
-                    "msg_id": meta.id.to_string(), "kind": meta.kind.as_str(),
-                    "origin": {"fleet": meta.origin.fleet, "host": meta.origin.host},
-                    "exchange": delivery.exchange.as_str(),
-                }),
-            );
-            info!(msg.id = %meta.id, msg.kind = meta.kind.as_str(), origin.fleet = %meta.origin.fleet, origin.host = %meta.origin.host, "message taken in");
-        }
-        Ok(Accepted::Duplicate(id)) => debug!(msg.id = %id, "duplicate message dropped"),
-        Err(InboundRefusal::State(error)) => {
-            warn!(%error, "cannot record an inbound message; leaving it for redelivery");
-            return;
-        }
-        Err(refusal) => {
-            let id = delivery
-                .properties
-                .message_id()
-                .as_ref()
-                .map(|id| id.as_str().chars().take(64).collect::<String>());
-            record(
-                "message.refused",
-                serde_json::json!({
-                    "msg_id": id, "reason": refusal.to_string(), "exchange": delivery.exchange.as_str(),
-                    "user_id": delivery.properties.user_id().as_ref().map(|u| u.as_str().chars().take(64).collect::<String>()),
-                }),
-            );
-            warn!(reason = %refusal, exchange = %delivery.exchange, "message refused and dropped");
-        }
-    }
-    match delivery.ack(BasicAckOptions::default()).await {
-        Ok(true) => {}
-        Ok(false) => debug!(
-            "ack not sent (channel closing); the message will be redelivered and deduplicated"
-        ),
-        Err(error) => warn!(%error, "ack failed; the message will be redelivered and deduplicated"),
     }
 }
 

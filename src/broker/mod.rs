@@ -8,6 +8,7 @@
 mod apply;
 mod connect;
 pub mod contract;
+pub mod deliver;
 pub mod envelope;
 pub mod grants;
 pub mod inbound;

@@ -1,4 +1,5 @@
-//! Commands that ask the running daemon over its local socket: `status`, `roster`, `inbox`.
+//! Commands that ask the running daemon over its local socket: `status`, `roster`, `send`,
+//! `delivery`, `agent`, `inbox`.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -18,11 +19,24 @@ pub enum InboxCommand {
         /// At most this many (1–100).
         #[arg(long, default_value_t = 10)]
         limit: u64,
+        /// Only those for this local agent (its global id).
+        #[arg(long)]
+        agent: Option<String>,
     },
     /// Acknowledge a held message: it is not offered again.
     Ack {
         /// The message id.
         id: String,
+    },
+}
+
+/// `fleetd agent …`: local mailbox agents.
+#[derive(Debug, Subcommand)]
+pub enum AgentCommand {
+    /// Register a local agent by name (or find it) and print its global id.
+    Open {
+        /// Its name on this host.
+        name: String,
     },
 }
 
@@ -126,9 +140,9 @@ pub(super) fn inbox(
     out: &Output,
 ) -> ExitCode {
     match command {
-        InboxCommand::Pull { limit } => ask(
+        InboxCommand::Pull { limit, agent } => ask(
             config,
-            json!({"op": "held.pull", "limit": limit}),
+            json!({"op": "held.pull", "limit": limit, "agent": agent}),
             json_out,
             out,
             |reply| {
@@ -142,10 +156,23 @@ pub(super) fn inbox(
                 messages
                     .iter()
                     .map(|m| {
+                        let text = m
+                            .pointer("/body/text")
+                            .and_then(Value::as_str)
+                            .map_or_else(|| m["body"].to_string(), str::to_owned);
+                        let origin = |f: &str| {
+                            m.pointer(&format!("/origin/{f}"))
+                                .and_then(Value::as_str)
+                                .unwrap_or("?")
+                                .to_owned()
+                        };
                         format!(
-                            "{}  {}",
+                            "{}  {}/{}  {}: {}",
                             m["id"].as_str().unwrap_or("?"),
-                            m["body"].as_str().unwrap_or("")
+                            origin("fleet"),
+                            origin("host"),
+                            m["kind"].as_str().unwrap_or("?"),
+                            text
                         )
                     })
                     .collect()
@@ -163,6 +190,62 @@ pub(super) fn inbox(
                     "no such held message".to_owned()
                 }]
             },
+        ),
+    }
+}
+
+pub(super) fn send(
+    config: Option<&Path>,
+    (to, text, from): (&str, &str, Option<&str>),
+    json_out: bool,
+    out: &Output,
+) -> ExitCode {
+    let request = json!({"op": "send", "to": to, "text": text, "from": from});
+    ask(config, request, json_out, out, |reply| {
+        vec![format!(
+            "{}  (route: {}; `fleetd delivery ID` follows it)",
+            reply["id"].as_str().unwrap_or("?"),
+            reply["route"].as_str().unwrap_or("?")
+        )]
+    })
+}
+
+pub(super) fn delivery(config: Option<&Path>, id: &str, json_out: bool, out: &Output) -> ExitCode {
+    ask(
+        config,
+        json!({"op": "delivery", "id": id}),
+        json_out,
+        out,
+        |reply| {
+            let mut line = reply["state"].as_str().unwrap_or("?").to_owned();
+            if reply["state"] == "queued" {
+                line.push_str(if reply["in_broker"] == true {
+                    " (in the broker)"
+                } else {
+                    " (in the outbox, waiting for the broker)"
+                });
+            }
+            if let Some(reason) = reply["reason"].as_str() {
+                line.push_str(&format!(": {reason}"));
+            }
+            vec![line]
+        },
+    )
+}
+
+pub(super) fn agent(
+    command: &AgentCommand,
+    config: Option<&Path>,
+    json_out: bool,
+    out: &Output,
+) -> ExitCode {
+    match command {
+        AgentCommand::Open { name } => ask(
+            config,
+            json!({"op": "agent.open", "name": name}),
+            json_out,
+            out,
+            |reply| vec![reply["id"].as_str().unwrap_or("?").to_owned()],
         ),
     }
 }

@@ -99,6 +99,36 @@ pub enum Command {
     /// The audit log.
     #[command(subcommand)]
     Audit(audit::AuditCommand),
+    /// Send a message to an agent by its global id (local, or through the broker).
+    Send {
+        /// The target agent's global id.
+        to: String,
+        /// The text (sanitised and scrubbed before it is typed into a pane).
+        text: String,
+        /// The sending agent's global id.
+        #[arg(long)]
+        from: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Where a message sent from this host is: queued, delivered, acknowledged or failed.
+    Delivery {
+        /// The message id `fleetd send` printed.
+        id: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Local agents whose messages are held for pulling (the primary).
+    Agent {
+        /// What to do.
+        #[command(subcommand)]
+        command: local::AgentCommand,
+        /// Print JSON.
+        #[arg(long, global = true)]
+        json: bool,
+    },
     /// Messages held for the primary.
     Inbox {
         /// What to do.
@@ -161,6 +191,23 @@ pub fn main() -> ExitCode {
         Command::Audit(ref command) => audit::run(command, cli.config.as_deref(), &out),
         Command::Status { json } => local::status(cli.config.as_deref(), json, &out),
         Command::Roster { json } => local::roster(cli.config.as_deref(), json, &out),
+        Command::Send {
+            ref to,
+            ref text,
+            ref from,
+            json,
+        } => local::send(
+            cli.config.as_deref(),
+            (to, text, from.as_deref()),
+            json,
+            &out,
+        ),
+        Command::Delivery { ref id, json } => {
+            local::delivery(cli.config.as_deref(), id, json, &out)
+        }
+        Command::Agent { ref command, json } => {
+            local::agent(command, cli.config.as_deref(), json, &out)
+        }
         Command::Inbox { ref command, json } => {
             local::inbox(command, cli.config.as_deref(), json, &out)
         }

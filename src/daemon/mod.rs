@@ -8,6 +8,7 @@
 //!
 //! Imports: everything below `cli`.
 
+pub mod gateway;
 pub mod log;
 pub mod policy;
 
@@ -21,6 +22,7 @@ use std::sync::Arc;
 
 use crate::api::{self, ApiState};
 use crate::audit::Audit;
+use crate::broker::deliver::Courier;
 use crate::broker::inbound::Inbound;
 use crate::broker::link::Recorder;
 use crate::broker::link::{self, LinkSettings, LinkStatus, Presence};
@@ -99,8 +101,21 @@ pub async fn run(
             let audit = Arc::new(
                 Audit::open(&config.paths.state, scrubber.clone()).map_err(RunError::Audit)?,
             );
-            api_state.state = Some(Arc::clone(&state));
-            let inbound = Arc::new(Inbound::new(&fleet, config.peers.clone(), skew_ms, state));
+            let key = Arc::new(key);
+            let courier = Arc::new(
+                Courier::new(
+                    &fleet,
+                    &config.host,
+                    &uri.vhost,
+                    Arc::clone(&key),
+                    Arc::clone(&state),
+                )
+                .map_err(RunError::State)?,
+            );
+            // This host's own beats come back through the roster queue: its key is pinned too.
+            let mut pins = config.peers.clone();
+            pins.pin(&fleet, &config.host, *key.public());
+            let inbound = Arc::new(Inbound::new(&fleet, pins, skew_ms, state));
             let settings = LinkSettings {
                 host: config.host.clone(),
                 backoff_cap: config.broker.backoff_cap,
@@ -121,8 +136,13 @@ pub async fn run(
                 },
                 config.roster,
             )));
+            link::announce(&courier, &roster);
             tasks.spawn(keep_roster(Arc::clone(&roster), stopped.clone()));
             api_state.roster = Some(Arc::clone(&roster));
+            api_state.router = Some(Arc::new(gateway::Gateway {
+                courier: Arc::clone(&courier),
+                roster: Arc::clone(&roster),
+            }));
             let presence = Arc::new(Presence {
                 roster,
                 key,
@@ -138,6 +158,7 @@ pub async fn run(
                 settings,
                 inbound,
                 presence,
+                courier,
                 status,
                 stopped.clone(),
             ));
@@ -224,8 +245,8 @@ async fn keep_roster(roster: Arc<std::sync::Mutex<Roster>>, mut stop: watch::Rec
 
 /// Records decisions in the audit log; a failed write is logged (it needs an operator).
 fn recorder(audit: Arc<Audit>) -> Recorder {
-    Arc::new(move |event, detail| {
-        if let Err(error) = audit.record(event, detail) {
+    Arc::new(move |records| {
+        if let Err(error) = audit.record_all(records) {
             tracing::error!(%error, "cannot write the audit log");
         }
     })

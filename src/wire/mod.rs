@@ -8,6 +8,7 @@
 mod body;
 mod key;
 mod seal;
+mod tracked;
 
 #[cfg(test)]
 mod tests;
@@ -20,6 +21,7 @@ pub use key::{HostKey, KeyError, PinnedKeys, PublicKey};
 pub use seal::{
     MemoryReplayCache, Refusal, ReplayCache, Sealed, Window, seal, verify, verify_authentic,
 };
+pub use tracked::Tracked;
 
 use uuid::Uuid;
 

@@ -6,6 +6,7 @@
     unreachable_pub,
     clippy::unwrap_used,
     clippy::panic,
+    clippy::indexing_slicing,
     reason = "shared test helpers; each includer uses part"
 )]
 
@@ -137,4 +138,189 @@ pub fn wait_for(
 pub fn terminate(child: &Child) {
     let pid = rustix::process::Pid::from_raw(i32::try_from(child.id()).unwrap()).unwrap();
     rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+}
+
+/// A test host: its directory (config, credentials, state, runtime) and its public key.
+pub struct Host {
+    pub name: String,
+    pub dir: std::path::PathBuf,
+    pub pubkey: String,
+}
+
+impl Host {
+    /// Creates the host's directory and host key (`fleetd key init` into a credential file).
+    pub fn new(root: &std::path::Path, name: &str) -> Host {
+        let dir = root.join(name);
+        std::fs::create_dir_all(dir.join("credentials")).unwrap();
+        let key = dir.join("credentials/host-key");
+        let init = Command::new(BIN)
+            .args(["key", "init", "--credential-file", key.to_str().unwrap()])
+            .env("HOME", &dir)
+            .output()
+            .unwrap();
+        assert!(init.status.success());
+        let text = String::from_utf8_lossy(&init.stdout).into_owned();
+        let pubkey = text
+            .lines()
+            .find_map(|l| l.strip_prefix("pubkey = "))
+            .unwrap()
+            .trim_matches('"')
+            .to_owned();
+        Host {
+            name: name.to_owned(),
+            dir,
+            pubkey,
+        }
+    }
+
+    /// Starts the host's daemon in `fleet` with `password`, taking in `admit`, pinning `peers`
+    /// (host, fleet); beats every second, suspect after 3 s, reaped after 6 s; backoff cap 2 s.
+    pub fn start(
+        &self,
+        fleet: &str,
+        password: &str,
+        admit: &[&str],
+        peers: &[(&Host, &str)],
+    ) -> (Child, mpsc::Receiver<String>) {
+        let admit: Vec<String> = admit.iter().map(|f| format!("\"{f}\"")).collect();
+        let pins: String = peers
+            .iter()
+            .map(|(peer, peer_fleet)| {
+                format!(
+                    "[[peer]]\nfleet = \"{peer_fleet}\"\nhost = \"{}\"\npubkey = \"{}\"\n",
+                    peer.name, peer.pubkey
+                )
+            })
+            .collect();
+        let config = self.dir.join("fleetd.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "host = \"{}\"\nfleet = \"{fleet}\"\n[broker]\nuriEnv = \"FLEETD_T_URI\"\nbackoff_cap_secs = 2\nadmit = [{}]\n\
+                 [roster]\nbeat_secs = 1\nsuspect_secs = 3\nreap_secs = 6\n[log]\nformat = \"json\"\n{pins}",
+                self.name,
+                admit.join(", "),
+            ),
+        )
+        .unwrap();
+        let mut command = Command::new(BIN);
+        command
+            .args(["--config", config.to_str().unwrap(), "run"])
+            .env("CREDENTIALS_DIRECTORY", self.dir.join("credentials"))
+            .env("HOME", &self.dir)
+            .env("XDG_STATE_HOME", self.dir.join("state"))
+            .env("XDG_RUNTIME_DIR", self.dir.join("run"))
+            .env(
+                "FLEETD_T_URI",
+                format!("amqp://{fleet}:{password}@127.0.0.1:5672/%2F{fleet}"),
+            );
+        spawn_logged(command)
+    }
+
+    /// Runs `fleetd ARGS` against this host's daemon; panics with stderr unless it succeeds.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let config = self.dir.join("fleetd.toml");
+        let mut full = vec!["--config", config.to_str().unwrap()];
+        full.extend_from_slice(args);
+        let out = Command::new(BIN)
+            .args(&full)
+            .env("HOME", &self.dir)
+            .env("XDG_RUNTIME_DIR", self.dir.join("run"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "fleetd {args:?} on {}: {}{}",
+            self.name,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// One request to this host's local API.
+    pub fn api(&self, request: &serde_json::Value) -> serde_json::Value {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime
+            .block_on(fleetd::api::request(&self.dir.join("run/fleetd"), request))
+            .unwrap_or_else(|e| panic!("local api of {}: {e}", self.name))
+    }
+
+    /// The state directory of its daemon.
+    pub fn state_dir(&self) -> std::path::PathBuf {
+        self.dir.join("state/fleetd")
+    }
+}
+
+/// Polls `check` every 100 ms until it returns `Some`, or panics with `what` after `within`.
+pub fn eventually<T>(what: &str, within: Duration, mut check: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(value) = check() {
+            return value;
+        }
+        assert!(start.elapsed() < within, "{what}: not within {within:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+impl Host {
+    /// The delivery state of message `id` sent from this host.
+    pub fn delivery(&self, id: &str) -> serde_json::Value {
+        self.api(&serde_json::json!({"op": "delivery", "id": id}))
+    }
+
+    /// Waits (30 s) until message `id` sent from this host is in state `wanted`.
+    pub fn wait_delivery(&self, id: &str, wanted: &str) -> serde_json::Value {
+        eventually(
+            &format!("message {id} {wanted} (last: {})", self.delivery(id)),
+            Duration::from_secs(30),
+            || {
+                let s = self.delivery(id);
+                (s["state"] == wanted).then_some(s)
+            },
+        )
+    }
+
+    /// The local agent `name` (registered if needed): its global id.
+    pub fn open_agent(&self, name: &str) -> String {
+        self.cli(&["agent", "open", name]).trim().to_owned()
+    }
+
+    /// Sends `text` to agent `to` from agent `from`; returns (message id, route).
+    pub fn send(&self, to: &str, from: &str, text: &str) -> (String, String) {
+        let reply =
+            self.api(&serde_json::json!({"op": "send", "to": to, "from": from, "text": text}));
+        assert!(reply["error"].is_null(), "send: {reply}");
+        (
+            reply["id"].as_str().unwrap().to_owned(),
+            reply["route"].as_str().unwrap().to_owned(),
+        )
+    }
+
+    /// Up to 100 messages held for local agent `agent`.
+    pub fn held(&self, agent: &str) -> Vec<serde_json::Value> {
+        let reply = self.api(&serde_json::json!({"op": "held.pull", "agent": agent, "limit": 100}));
+        reply["messages"]
+            .as_array()
+            .unwrap_or_else(|| panic!("held.pull: {reply}"))
+            .clone()
+    }
+
+    /// Waits until this host's roster lists agent `id`.
+    pub fn wait_listed(&self, id: &str) {
+        eventually(
+            &format!("{id} in {}'s roster", self.name),
+            Duration::from_secs(20),
+            || {
+                self.api(&serde_json::json!({"op": "roster"}))
+                    .to_string()
+                    .contains(id)
+                    .then_some(())
+            },
+        );
+    }
 }

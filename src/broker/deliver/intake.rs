@@ -1,0 +1,218 @@
+//! The inbound intake: a window of deliveries verified, then deduplicated, held and answered with
+//! receipts in one durable transaction (group commit); only then acknowledged.
+
+use lapin::BasicProperties;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use super::{Courier, Held, encode, now_ms};
+use crate::broker::inbound::{Inbound, InboundRefusal};
+use crate::state::{Incoming, Taken};
+use crate::wire::{
+    self, AgentMessage, DeliveryState, Meta, Payload, SpawnOutcome, SpawnReply, Tracked,
+};
+
+impl Courier {
+    /// Takes a window of deliveries in: each is verified; the accepted ones are recorded, held and
+    /// answered in one durable transaction. Returns, per delivery, whether to acknowledge it,
+    /// and the audit records (in order).
+    pub fn intake(
+        &self,
+        inbound: &Inbound,
+        deliveries: &[(&str, &BasicProperties, &[u8])],
+    ) -> (Vec<bool>, Vec<(&'static str, Value)>) {
+        let now = now_ms();
+        let mut audit = Vec::new();
+        let mut plans: Vec<Option<Plan>> = Vec::with_capacity(deliveries.len());
+        for (exchange, props, body) in deliveries {
+            match inbound.authentic(exchange, props, body, now) {
+                Ok((meta, payload)) => plans.push(Some(self.plan(meta, payload, exchange))),
+                Err(refusal) => {
+                    audit.push(refused(exchange, props, &refusal));
+                    plans.push(None);
+                }
+            }
+        }
+        let items: Vec<Incoming<'_>> = plans
+            .iter()
+            .flatten()
+            .map(|p| Incoming {
+                key_id: &p.meta.key_id,
+                id: p.meta.id,
+                expires_ms: p.meta.expires_ms.saturating_add(inbound.skew_ms()),
+                hold: p.hold.as_deref(),
+                outbox: p.outbox.as_ref().map(|(id, b)| (*id, b.as_slice())),
+                delivery: p.delivery.as_ref().map(|(id, b)| (*id, b.as_slice())),
+            })
+            .collect();
+        let taken = match self.state.accept_batch(&items, now) {
+            Ok(taken) => taken,
+            Err(error) => {
+                tracing::warn!(%error, "cannot record inbound messages; leaving them for redelivery");
+                let acks = plans.iter().map(Option::is_none).collect();
+                return (acks, audit);
+            }
+        };
+        let mut taken = taken.into_iter();
+        let mut queued = false;
+        let acks = plans
+            .iter()
+            .map(|plan| {
+                let Some(plan) = plan else { return true };
+                match taken.next() {
+                    Some(Taken::New) => {
+                        tracing::info!(msg.id = %plan.meta.id, msg.kind = plan.meta.kind.as_str(), origin.fleet = %plan.meta.origin.fleet, origin.host = %plan.meta.origin.host, event = plan.event, "message taken in");
+                        queued |= plan.outbox.is_some();
+                        audit.push((plan.event, plan.detail.clone()));
+                        true
+                    }
+                    Some(Taken::Duplicate) => true,
+                    Some(Taken::Full) | None => {
+                        tracing::warn!(msg.id = %plan.meta.id, "held store or outbox full; leaving the message for redelivery");
+                        false
+                    }
+                }
+            })
+            .collect();
+        if queued {
+            self.outbox_ready.notify_one();
+        }
+        (acks, audit)
+    }
+
+    /// What taking in one verified envelope changes.
+    fn plan(&self, meta: Meta, payload: Payload, exchange: &str) -> Plan {
+        let mut plan = Plan {
+            detail: json!({
+                "msg_id": meta.id.to_string(), "kind": meta.kind.as_str(),
+                "origin": {"fleet": meta.origin.fleet, "host": meta.origin.host},
+                "exchange": exchange,
+            }),
+            event: "message.accepted",
+            hold: None,
+            outbox: None,
+            delivery: None,
+            meta,
+        };
+        let from_me = plan.meta.origin == self.me();
+        match payload {
+            Payload::AgentMessage(m) if self.is_local(m.to) => {
+                plan.hold = Some(encode(&self.held_record(&plan.meta, Some(m.to), &m)));
+                if !from_me {
+                    plan.outbox = Some(self.receipt(
+                        plan.meta.origin.clone(),
+                        plan.meta.id,
+                        DeliveryState::Delivered,
+                        None,
+                    ));
+                }
+            }
+            Payload::AgentMessage(m) => {
+                plan.event = "message.undeliverable";
+                let reason = format!("no such agent {} on host {}", m.to, self.host);
+                plan.note("reason", json!(reason));
+                plan.outbox = Some(self.receipt(
+                    plan.meta.origin.clone(),
+                    plan.meta.id,
+                    DeliveryState::Failed,
+                    Some(reason),
+                ));
+            }
+            Payload::DeliveryReceipt(r) => {
+                plan.event = "receipt.accepted";
+                plan.note("message", json!(r.message.to_string()));
+                plan.note("state", json!(r.state));
+                // Only the fleet the message went to may report on it.
+                plan.delivery = self
+                    .state
+                    .delivery_get(r.message)
+                    .ok()
+                    .flatten()
+                    .and_then(|b| Tracked::decode(&b))
+                    .filter(|t| t.dest.fleet == plan.meta.origin.fleet)
+                    .map(|t| (r.message, t.moved(r.state, r.reason, now_ms()).encode()));
+                if plan.delivery.is_none() {
+                    plan.event = "receipt.ignored";
+                }
+            }
+            Payload::SpawnRequest(r) => {
+                plan.event = "spawn.failed";
+                let reason = "not yet supported: spawn requests (issue 5)".to_owned();
+                plan.note("profile", json!(r.profile));
+                plan.note("reason", json!(reason));
+                let reply = Payload::SpawnReply(SpawnReply {
+                    v: wire::VERSION,
+                    request: plan.meta.id,
+                    outcome: SpawnOutcome::Failed,
+                    agent: None,
+                    reasons: vec![reason],
+                });
+                plan.outbox = Some(self.to_gateway(plan.meta.origin.clone(), &reply));
+            }
+            Payload::SpawnReply(r) => {
+                plan.hold = Some(encode(&Held {
+                    id: plan.meta.id,
+                    kind: plan.meta.kind.as_str().to_owned(),
+                    origin: plan.meta.origin.clone(),
+                    to: None,
+                    created_ms: plan.meta.created_ms,
+                    body: serde_json::to_value(&r).unwrap_or(Value::Null),
+                }));
+            }
+            Payload::PresenceBeat(_) => {
+                plan.event = "message.ignored";
+                plan.note("reason", json!("a presence beat outside the roster queue"));
+            }
+        }
+        plan
+    }
+
+    fn held_record(&self, meta: &Meta, to: Option<Uuid>, body: &AgentMessage) -> Held {
+        Held {
+            id: meta.id,
+            kind: meta.kind.as_str().to_owned(),
+            origin: meta.origin.clone(),
+            to,
+            created_ms: meta.created_ms,
+            body: serde_json::to_value(body).unwrap_or(Value::Null),
+        }
+    }
+}
+
+/// What taking in one envelope changes, decided before the transaction.
+struct Plan {
+    meta: Meta,
+    event: &'static str,
+    detail: Value,
+    hold: Option<Vec<u8>>,
+    outbox: Option<(Uuid, Vec<u8>)>,
+    delivery: Option<(Uuid, Vec<u8>)>,
+}
+
+impl Plan {
+    /// Adds a field to the audit detail.
+    fn note(&mut self, field: &str, value: Value) {
+        if let Some(detail) = self.detail.as_object_mut() {
+            detail.insert(field.to_owned(), value);
+        }
+    }
+}
+
+/// The audit record of a refused delivery: ids and reasons, never body content.
+fn refused(
+    exchange: &str,
+    properties: &BasicProperties,
+    refusal: &InboundRefusal,
+) -> (&'static str, Value) {
+    let short = |s: &str| s.chars().take(64).collect::<String>();
+    tracing::warn!(reason = %refusal, %exchange, "message refused and dropped");
+    (
+        "message.refused",
+        json!({
+            "msg_id": properties.message_id().as_ref().map(|id| short(id.as_str())),
+            "reason": refusal.to_string(),
+            "exchange": exchange,
+            "user_id": properties.user_id().as_ref().map(|u| short(u.as_str())),
+        }),
+    )
+}

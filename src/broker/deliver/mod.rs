@@ -1,0 +1,422 @@
+//! Delivery over the broker (DESIGN.md "Delivery"): where an envelope goes, the outbound pump
+//! (outbox → publish on a confirm channel → settle on the broker's answer) and the inbound
+//! intake (a window of deliveries verified, then deduplicated, held and answered with receipts
+//! in **one** durable transaction — group commit — and only then acknowledged).
+//!
+//! Local agents here are mailboxes: their messages are held in the state store until pulled and
+//! acknowledged (the primary; panes take over injection with issue 5).
+
+mod intake;
+mod pump;
+
+pub use pump::{Outlets, Pump};
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::sync::Notify;
+use uuid::Uuid;
+
+use super::envelope::OutboxRecord;
+use super::topology::{CTL_EXCHANGE, INBOX_EXCHANGE, ingress_exchange};
+use crate::state::{Incoming, StateError, StateStore, Taken};
+use crate::wire::{
+    self, AgentMessage, DeliveryReceipt, DeliveryState, HostKey, Kind, Meta, Party, Payload,
+    Sealed, Tracked,
+};
+
+/// How long an envelope stays valid: long enough to outlast a broker outage in the outbox.
+pub const MESSAGE_TTL_MS: i64 = 24 * 3600 * 1000;
+/// Most outbox entries published per pump round (the rest follow as confirms arrive).
+const PUMP_ROUND: usize = 256;
+
+/// A local agent whose messages are held for pulling.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LocalAgent {
+    /// Its name on this host (unique here).
+    pub name: String,
+    /// What it runs (`mailbox` for the primary).
+    pub profile: String,
+    /// Registered at, Unix milliseconds.
+    pub since_ms: i64,
+}
+
+/// A message held for a local agent, as `fleetd inbox pull` shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Held {
+    /// The message id.
+    pub id: Uuid,
+    /// Its kind.
+    pub kind: String,
+    /// Who sent it (broker-attested fleet, signing host).
+    pub origin: Party,
+    /// The local agent it is for (spawn replies are for the host).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<Uuid>,
+    /// Created at, Unix milliseconds.
+    pub created_ms: i64,
+    /// The body.
+    pub body: Value,
+}
+
+/// Where an envelope is published.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Address {
+    /// The vhost.
+    pub vhost: String,
+    /// The exchange.
+    pub exchange: String,
+    /// The routing key.
+    pub key: String,
+}
+
+/// Why a message could not be queued.
+#[derive(Debug, thiserror::Error)]
+pub enum CourierError {
+    /// The state store refused (full, or failing).
+    #[error(transparent)]
+    State(#[from] StateError),
+    /// The message is malformed.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// One gateway's delivery: its identity, key, state and local agents.
+pub struct Courier {
+    fleet: String,
+    host: String,
+    vhost: String,
+    key: Arc<HostKey>,
+    state: Arc<StateStore>,
+    agents: RwLock<BTreeMap<Uuid, LocalAgent>>,
+    /// Woken when the outbox has something to publish.
+    pub outbox_ready: Notify,
+    /// Woken when a local agent was added (its inbox must be declared and consumed).
+    pub agents_changed: Notify,
+}
+
+impl Courier {
+    /// The courier of host `host` in `fleet` (own vhost `vhost`); loads the local agents.
+    pub fn new(
+        fleet: &str,
+        host: &str,
+        vhost: &str,
+        key: Arc<HostKey>,
+        state: Arc<StateStore>,
+    ) -> Result<Courier, StateError> {
+        let mut agents = BTreeMap::new();
+        for (id, bytes) in state.agents_list()? {
+            if let Ok(agent) = serde_json::from_slice::<LocalAgent>(&bytes) {
+                agents.insert(id, agent);
+            }
+        }
+        Ok(Courier {
+            fleet: fleet.to_owned(),
+            host: host.to_owned(),
+            vhost: vhost.to_owned(),
+            key,
+            state,
+            agents: RwLock::new(agents),
+            outbox_ready: Notify::new(),
+            agents_changed: Notify::new(),
+        })
+    }
+
+    /// This host.
+    pub fn me(&self) -> Party {
+        Party {
+            fleet: self.fleet.clone(),
+            host: self.host.clone(),
+        }
+    }
+
+    /// The state store.
+    pub fn state(&self) -> &Arc<StateStore> {
+        &self.state
+    }
+
+    /// The local agent named `name`, registered (durably, with a new global id) if needed.
+    pub fn open_agent(&self, name: &str, profile: &str) -> Result<Uuid, CourierError> {
+        if name.is_empty()
+            || name.len() > 64
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        {
+            return Err(CourierError::Invalid(
+                "an agent name is 1-64 of [A-Za-z0-9._-]".to_owned(),
+            ));
+        }
+        if let Some(id) = self
+            .local_agents()
+            .into_iter()
+            .find(|(_, a)| a.name == name)
+            .map(|(id, _)| id)
+        {
+            return Ok(id);
+        }
+        let id = Uuid::now_v7();
+        let agent = LocalAgent {
+            name: name.to_owned(),
+            profile: profile.to_owned(),
+            since_ms: now_ms(),
+        };
+        let bytes = serde_json::to_vec(&agent).map_err(|e| CourierError::Invalid(e.to_string()))?;
+        self.state.agent_put(id, &bytes)?;
+        if let Ok(mut agents) = self.agents.write() {
+            agents.insert(id, agent);
+        }
+        self.agents_changed.notify_one();
+        Ok(id)
+    }
+
+    /// The local agents, in id order.
+    pub fn local_agents(&self) -> Vec<(Uuid, LocalAgent)> {
+        self.agents
+            .read()
+            .map(|a| a.iter().map(|(id, a)| (*id, a.clone())).collect())
+            .unwrap_or_default()
+    }
+
+    fn is_local(&self, id: Uuid) -> bool {
+        self.agents.read().is_ok_and(|a| a.contains_key(&id))
+    }
+
+    /// Where an envelope for `dest` (agent `agent`, if it is for one) is published: an agent of
+    /// this fleet through its inbox; a gateway of this fleet through `fleet.ctl`; anything in
+    /// another fleet through that fleet's `x.in.OWN`, to the owning gateway's control queue.
+    pub fn address(&self, dest: &Party, agent: Option<Uuid>) -> Address {
+        if dest.fleet == self.fleet {
+            match agent {
+                Some(id) => Address {
+                    vhost: self.vhost.clone(),
+                    exchange: INBOX_EXCHANGE.to_owned(),
+                    key: id.to_string(),
+                },
+                None => Address {
+                    vhost: self.vhost.clone(),
+                    exchange: CTL_EXCHANGE.to_owned(),
+                    key: dest.host.clone(),
+                },
+            }
+        } else {
+            Address {
+                vhost: format!("/{}", dest.fleet),
+                exchange: ingress_exchange(&self.fleet),
+                key: format!("ctl.{}", dest.host),
+            }
+        }
+    }
+
+    /// Seals `payload` from this host to `dest`, valid for [`MESSAGE_TTL_MS`].
+    pub fn seal(&self, dest: Party, payload: &Payload) -> Sealed {
+        let now = now_ms();
+        let meta = Meta {
+            version: wire::VERSION,
+            id: Uuid::now_v7(),
+            kind: payload.kind(),
+            origin: self.me(),
+            dest,
+            key_id: String::new(),
+            created_ms: now,
+            expires_ms: now + MESSAGE_TTL_MS,
+        };
+        wire::seal(meta, payload, &self.key)
+    }
+
+    /// Queues an agent message for `to` on host `dest` (its host may be unknown in this fleet)
+    /// and starts its delivery record; the pump publishes it.
+    pub fn send(
+        &self,
+        dest: Party,
+        to: Uuid,
+        from: Option<Uuid>,
+        text: String,
+    ) -> Result<Uuid, CourierError> {
+        if dest.fleet != self.fleet && dest.host.is_empty() {
+            return Err(CourierError::Invalid(
+                "a message to another fleet needs the owning host".to_owned(),
+            ));
+        }
+        let payload = Payload::AgentMessage(AgentMessage {
+            v: wire::VERSION,
+            to,
+            from,
+            text,
+        });
+        let address = self.address(&dest, Some(to));
+        let sealed = self.seal(dest.clone(), &payload);
+        let mut record =
+            OutboxRecord::new(&address.vhost, &address.exchange, &address.key, &sealed);
+        record.tracked = true;
+        let bytes =
+            serde_json::to_vec(&record).map_err(|e| CourierError::Invalid(e.to_string()))?;
+        let tracked = Tracked {
+            to,
+            dest,
+            state: DeliveryState::Queued,
+            in_broker: false,
+            reason: None,
+            at_ms: now_ms(),
+        };
+        self.state
+            .outbox_put_tracked(sealed.meta.id, &bytes, &tracked.encode())?;
+        self.outbox_ready.notify_one();
+        Ok(sealed.meta.id)
+    }
+
+    /// Delivers a message to a local agent without the broker: held, delivered, in one
+    /// transaction.
+    pub fn send_local(
+        &self,
+        to: Uuid,
+        from: Option<Uuid>,
+        text: String,
+    ) -> Result<Uuid, CourierError> {
+        if !self.is_local(to) {
+            return Err(CourierError::Invalid(format!("no local agent {to}")));
+        }
+        let body = AgentMessage {
+            v: wire::VERSION,
+            to,
+            from,
+            text,
+        };
+        let id = Uuid::now_v7();
+        let now = now_ms();
+        let held = Held {
+            id,
+            kind: Kind::AgentMessage.as_str().to_owned(),
+            origin: self.me(),
+            to: Some(to),
+            created_ms: now,
+            body: serde_json::to_value(&body).unwrap_or(Value::Null),
+        };
+        let tracked = Tracked {
+            to,
+            dest: self.me(),
+            state: DeliveryState::Delivered,
+            in_broker: false,
+            reason: None,
+            at_ms: now,
+        };
+        let (held, tracked) = (encode(&held), tracked.encode());
+        let item = Incoming {
+            key_id: "local",
+            id,
+            expires_ms: now + MESSAGE_TTL_MS,
+            hold: Some(&held),
+            outbox: None,
+            delivery: Some((id, &tracked)),
+        };
+        match self.state.accept_batch(&[item], now)?.first() {
+            Some(Taken::New) => Ok(id),
+            _ => Err(CourierError::State(StateError::Full {
+                what: "held store",
+                limit: 0,
+            })),
+        }
+    }
+
+    /// Up to `limit` held messages, oldest first, for agent `to` if given.
+    pub fn held(&self, limit: usize, to: Option<Uuid>) -> Result<Vec<Held>, StateError> {
+        let scan = if to.is_some() { usize::MAX } else { limit };
+        Ok(self
+            .state
+            .held_list(scan)?
+            .into_iter()
+            .filter_map(|(_, bytes)| serde_json::from_slice::<Held>(&bytes).ok())
+            .filter(|h| to.is_none() || h.to == to)
+            .take(limit)
+            .collect())
+    }
+
+    /// Acknowledges a held message: it is not offered again, and its sender learns it was
+    /// acknowledged (a receipt queued in the same transaction). `false` when it was not held.
+    pub fn ack(&self, id: Uuid) -> Result<bool, CourierError> {
+        let Some(bytes) = self.state.held_get(id)? else {
+            return Ok(false);
+        };
+        let held: Option<Held> = serde_json::from_slice(&bytes).ok();
+        let origin = held.as_ref().map(|h| h.origin.clone());
+        if origin.as_ref() == Some(&self.me()) {
+            let moved = self
+                .state
+                .delivery_get(id)?
+                .and_then(|b| Tracked::decode(&b))
+                .map(|t| {
+                    t.moved(DeliveryState::Acknowledged, None, now_ms())
+                        .encode()
+                });
+            return Ok(self
+                .state
+                .held_ack_with(id, None, moved.as_deref().map(|m| (id, m)))?);
+        }
+        let receipt = match (&held, origin) {
+            (Some(h), Some(origin)) if h.kind == Kind::AgentMessage.as_str() => {
+                Some(self.receipt(origin, id, DeliveryState::Acknowledged, None))
+            }
+            _ => None,
+        };
+        let acked = self.state.held_ack_with(
+            id,
+            receipt
+                .as_ref()
+                .map(|(rid, bytes)| (*rid, bytes.as_slice())),
+            None,
+        )?;
+        if receipt.is_some() {
+            self.outbox_ready.notify_one();
+        }
+        Ok(acked)
+    }
+
+    /// A message's delivery record, if this host sent it.
+    pub fn delivery(&self, id: Uuid) -> Result<Option<Tracked>, StateError> {
+        Ok(self
+            .state
+            .delivery_get(id)?
+            .and_then(|b| Tracked::decode(&b)))
+    }
+
+    /// An outbox record carrying `payload` to the gateway `dest` (untracked).
+    fn to_gateway(&self, dest: Party, payload: &Payload) -> (Uuid, Vec<u8>) {
+        let address = self.address(&dest, None);
+        let sealed = self.seal(dest, payload);
+        let record = OutboxRecord::new(&address.vhost, &address.exchange, &address.key, &sealed);
+        (
+            sealed.meta.id,
+            serde_json::to_vec(&record).unwrap_or_default(),
+        )
+    }
+
+    fn receipt(
+        &self,
+        dest: Party,
+        message: Uuid,
+        state: DeliveryState,
+        reason: Option<String>,
+    ) -> (Uuid, Vec<u8>) {
+        let payload = Payload::DeliveryReceipt(DeliveryReceipt {
+            v: wire::VERSION,
+            message,
+            state,
+            reason,
+        });
+        self.to_gateway(dest, &payload)
+    }
+}
+
+/// JSON bytes of a record.
+fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+    serde_json::to_vec(value).unwrap_or_default()
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}

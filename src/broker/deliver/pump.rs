@@ -1,0 +1,226 @@
+//! The outbound pump: outbox entries published on confirm channels (own vhost, or a lazily
+//! opened publish-only connection per foreign vhost) and settled on the broker's answer.
+
+use std::collections::{HashMap, HashSet};
+
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::{Channel, Confirmation, Connection};
+use tokio::task::JoinSet;
+use uuid::Uuid;
+
+use super::{Courier, PUMP_ROUND, now_ms};
+use crate::broker::connect;
+use crate::broker::envelope::{OutboxRecord, properties};
+use crate::secret::BrokerUri;
+use crate::wire::{DeliveryState, Tracked};
+
+/// Publishes outbox entries and settles them on the broker's answer. One per connection:
+/// whatever was in flight when a connection dies is published again (same id) on the next.
+#[derive(Default)]
+pub struct Pump {
+    in_flight: HashSet<Uuid>,
+    confirms: JoinSet<(Uuid, Result<Confirmation, String>)>,
+}
+
+/// Confirm channels to publish on: the own vhost's, and one publish-only connection per foreign
+/// vhost, opened lazily (DESIGN.md "Connections and faults").
+pub struct Outlets<'a> {
+    own: Channel,
+    own_vhost: String,
+    uri: &'a BrokerUri,
+    foreign: HashMap<String, (Connection, Channel)>,
+    failing: HashSet<String>,
+}
+
+impl<'a> Outlets<'a> {
+    /// Outlets with `own` (a confirm channel in `own_vhost`); foreign ones connect with `uri`.
+    pub fn new(own: Channel, own_vhost: &str, uri: &'a BrokerUri) -> Outlets<'a> {
+        Outlets {
+            own,
+            own_vhost: own_vhost.to_owned(),
+            uri,
+            foreign: HashMap::new(),
+            failing: HashSet::new(),
+        }
+    }
+
+    /// The confirm channel for `vhost`, opened if needed; `None` while it cannot be reached
+    /// (logged once per failure spell).
+    pub async fn channel(&mut self, vhost: &str) -> Option<Channel> {
+        if vhost == self.own_vhost {
+            return Some(self.own.clone());
+        }
+        if let Some((connection, channel)) = self.foreign.get(vhost) {
+            if connection.status().connected() && channel.status().connected() {
+                return Some(channel.clone());
+            }
+            self.foreign.remove(vhost);
+        }
+        let opened = async {
+            let connection = connect(self.uri, Some(vhost))
+                .await
+                .map_err(|e| e.to_string())?;
+            let channel = connection
+                .create_channel()
+                .await
+                .map_err(|e| e.to_string())?;
+            channel
+                .confirm_select(ConfirmSelectOptions::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok::<_, String>((connection, channel))
+        };
+        match opened.await {
+            Ok((connection, channel)) => {
+                if self.failing.remove(vhost) {
+                    tracing::info!(%vhost, "foreign vhost reachable again");
+                }
+                self.foreign
+                    .insert(vhost.to_owned(), (connection, channel.clone()));
+                Some(channel)
+            }
+            Err(reason) => {
+                if self.failing.insert(vhost.to_owned()) {
+                    tracing::warn!(%vhost, %reason, "cannot publish to a foreign vhost; retrying");
+                }
+                None
+            }
+        }
+    }
+
+    /// Marks a foreign vhost's channel broken (reopened on next use).
+    pub fn drop_foreign(&mut self, vhost: &str) {
+        self.foreign.remove(vhost);
+    }
+
+    /// Closes the foreign connections.
+    pub async fn close(&mut self) {
+        for (_, (connection, _)) in self.foreign.drain() {
+            let _ = connection.close(200, "fleetd stopping".into()).await;
+        }
+    }
+}
+
+impl Pump {
+    /// Publishes what is in the outbox and not in flight, oldest first. `Err`: the own channel
+    /// failed (reconnect).
+    pub async fn run(
+        &mut self,
+        courier: &Courier,
+        user: &str,
+        outlets: &mut Outlets<'_>,
+    ) -> Result<(), String> {
+        let pending = courier
+            .state
+            .outbox_list()
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .filter(|(id, _)| !self.in_flight.contains(id))
+            .take(PUMP_ROUND)
+            .collect::<Vec<_>>();
+        let mut blocked = HashSet::new();
+        for (id, bytes) in pending {
+            let Ok(record) = serde_json::from_slice::<OutboxRecord>(&bytes) else {
+                tracing::warn!(msg.id = %id, "unreadable outbox entry dropped");
+                let _ = courier.state.outbox_settle(id, &[]);
+                continue;
+            };
+            let Some(sealed) = record.sealed() else {
+                let _ = courier.state.outbox_settle(id, &[]);
+                continue;
+            };
+            if blocked.contains(&record.vhost) {
+                continue;
+            }
+            let Some(channel) = outlets.channel(&record.vhost).await else {
+                blocked.insert(record.vhost.clone());
+                continue;
+            };
+            let options = BasicPublishOptions {
+                mandatory: true,
+                ..BasicPublishOptions::default()
+            };
+            let published = channel
+                .basic_publish(
+                    record.exchange.as_str().into(),
+                    record.key.as_str().into(),
+                    options,
+                    &sealed.body,
+                    properties(&sealed, user),
+                )
+                .await;
+            match published {
+                Ok(confirm) => {
+                    self.in_flight.insert(id);
+                    self.confirms
+                        .spawn(async move { (id, confirm.await.map_err(|e| e.to_string())) });
+                }
+                Err(error) if record.vhost == courier.vhost => return Err(error.to_string()),
+                Err(error) => {
+                    tracing::debug!(%error, vhost = %record.vhost, "publish to a foreign vhost failed; retried later");
+                    outlets.drop_foreign(&record.vhost);
+                    blocked.insert(record.vhost.clone());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether confirms are outstanding.
+    pub fn busy(&self) -> bool {
+        !self.confirms.is_empty()
+    }
+
+    /// The next broker answer, settled. `None` when nothing is in flight; `Some(Err)` when the
+    /// confirm was lost (the entry stays in the outbox).
+    pub async fn settle_next(&mut self, courier: &Courier) -> Option<Result<(), String>> {
+        let joined = self.confirms.join_next().await?;
+        let Ok((id, answer)) = joined else {
+            return Some(Err("a confirm task failed".to_owned()));
+        };
+        self.in_flight.remove(&id);
+        let now = now_ms();
+        let moved = |id: Uuid, state: DeliveryState, reason: Option<&str>| {
+            courier
+                .state
+                .delivery_get(id)
+                .ok()
+                .flatten()
+                .and_then(|b| Tracked::decode(&b))
+                .map(|t| {
+                    let mut t = t.moved(state, reason.map(str::to_owned), now);
+                    t.in_broker = true;
+                    t.encode()
+                })
+        };
+        let settle = |id: Uuid, state: DeliveryState, reason: Option<&str>| {
+            let record = moved(id, state, reason);
+            let deliveries: Vec<(Uuid, &[u8])> =
+                record.iter().map(|r| (id, r.as_slice())).collect();
+            courier.state.outbox_settle(id, &deliveries)
+        };
+        let result = match answer {
+            Ok(Confirmation::Ack(returned)) => {
+                // lapin pairs a return with whichever confirm completes next: go by message id.
+                if let Some(returned_id) = returned.as_ref().and_then(|r| {
+                    r.delivery
+                        .properties
+                        .message_id()
+                        .as_ref()
+                        .and_then(|m| Uuid::parse_str(m.as_str()).ok())
+                }) {
+                    let _ = settle(
+                        returned_id,
+                        DeliveryState::Failed,
+                        Some("no such agent (no inbox is bound)"),
+                    );
+                }
+                settle(id, DeliveryState::Queued, None)
+            }
+            Ok(Confirmation::Nack(_)) => settle(id, DeliveryState::Failed, Some("inbox full")),
+            Ok(Confirmation::NotRequested) => return Some(Err("confirm mode is off".to_owned())),
+            Err(reason) => return Some(Err(reason)),
+        };
+        Some(result.map_err(|e| e.to_string()))
+    }
+}

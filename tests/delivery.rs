@@ -1,0 +1,133 @@
+//! Routing and delivery between running gateways on the real RabbitMQ: across fleets (through
+//! ingress exchanges and control queues) and within a fleet (through agent inboxes), with
+//! delivery receipts that move the sender's delivery state, held messages offered until
+//! acknowledged, "no such agent" from a `mandatory` return, and local routing without the broker.
+//! The fault runs are in `delivery_faults.rs` (they stop the broker: their own test binary, so
+//! nothing runs beside them).
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    reason = "test code fails loudly"
+)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Fleets, Host, eventually, grants, nonce, wait_for};
+
+#[test]
+fn messages_cross_fleets_with_receipts_and_are_held_until_acknowledged() {
+    let nonce = nonce();
+    let (a, b) = (format!("da{nonce}"), format!("db{nonce}"));
+    let (pa, pb) = (format!("PwDA{nonce}x"), format!("PwDB{nonce}x"));
+    let mut cleanup = Fleets::new(&[&a, &b]);
+    grants(&a, &[&b], &pa);
+    grants(&b, &[&a], &pb);
+    grants(&a, &[&b], &pa);
+    let root = tempfile::tempdir().unwrap();
+    let (laptop, worker_host) = (
+        Host::new(root.path(), "laptop"),
+        Host::new(root.path(), "w1"),
+    );
+    let (child, laptop_log) = laptop.start(&a, &pa, &[&b], &[(&worker_host, &b)]);
+    cleanup.children.push(child);
+    let (child, worker_log) = worker_host.start(&b, &pb, &[&a], &[(&laptop, &a)]);
+    cleanup.children.push(child);
+    let mut seen = String::new();
+    wait_for(
+        &laptop_log,
+        &mut seen,
+        &["broker connected"],
+        Duration::from_secs(20),
+    );
+    wait_for(
+        &worker_log,
+        &mut seen,
+        &["broker connected"],
+        Duration::from_secs(20),
+    );
+
+    let primary = laptop.open_agent("primary");
+    let worker = worker_host.open_agent("worker");
+    laptop.wait_listed(&worker);
+    worker_host.wait_listed(&primary);
+
+    // A task to the worker: across fleets, held on w1, receipts back to the laptop.
+    let (task, route) = laptop.send(&worker, &primary, "task: count the lines");
+    assert_eq!(route, "foreign");
+    let delivered = laptop.wait_delivery(&task, "delivered");
+    assert_eq!(delivered["to"], worker.as_str());
+    let inbox = worker_host.held(&worker);
+    assert_eq!(inbox.len(), 1, "exactly once: {inbox:?}");
+    assert_eq!(inbox[0]["id"], task.as_str());
+    assert_eq!(inbox[0]["body"]["text"], "task: count the lines");
+    assert_eq!(inbox[0]["origin"]["host"], "laptop");
+    assert_eq!(
+        worker_host.held(&worker).len(),
+        1,
+        "offered again until acknowledged"
+    );
+    assert!(
+        worker_host
+            .cli(&["inbox", "ack", &task])
+            .contains("acknowledged")
+    );
+    laptop.wait_delivery(&task, "acknowledged");
+    assert!(worker_host.held(&worker).is_empty());
+
+    // The reply goes back the same way and waits for the primary.
+    let (reply, _) = worker_host.send(&primary, &worker, "done: 42 lines");
+    let pulled = eventually(
+        "the reply held on the laptop",
+        Duration::from_secs(20),
+        || {
+            let inbox = laptop.held(&primary);
+            (!inbox.is_empty()).then_some(inbox)
+        },
+    );
+    assert_eq!(pulled[0]["id"], reply.as_str());
+    assert_eq!(pulled[0]["body"]["from"], worker.as_str());
+    let text = laptop.cli(&["inbox", "pull", "--agent", &primary]);
+    assert!(text.contains("done: 42 lines"), "{text}");
+    laptop.cli(&["inbox", "ack", &reply]);
+    worker_host.wait_delivery(&reply, "acknowledged");
+
+    // An agent nobody has: the fleet inbox exchange returns it (mandatory): "no such agent".
+    let ghost = uuid::Uuid::now_v7().to_string();
+    let (lost, route) = laptop.send(&ghost, &primary, "anyone?");
+    assert_eq!(route, "fleet");
+    let failed = laptop.wait_delivery(&lost, "failed");
+    assert!(
+        failed["reason"].as_str().unwrap().contains("no such agent"),
+        "{failed}"
+    );
+    let text = laptop.cli(&["delivery", &lost]);
+    assert!(text.contains("failed: no such agent"), "{text}");
+
+    // A local agent: no broker involved, delivered at once.
+    let notes = laptop.open_agent("notes");
+    let (local, route) = laptop.send(&notes, &primary, "remember this");
+    assert_eq!(route, "local");
+    assert_eq!(laptop.delivery(&local)["state"], "delivered");
+    assert_eq!(laptop.held(&notes).len(), 1);
+
+    // Nothing of the bodies or the passwords reached the logs; the audit chains verify.
+    let mut logs = String::new();
+    while let Ok(line) = laptop_log.try_recv() {
+        logs.push_str(&line);
+    }
+    while let Ok(line) = worker_log.try_recv() {
+        logs.push_str(&line);
+    }
+    for secret in [pa.as_str(), pb.as_str(), "count the lines", "42 lines"] {
+        assert!(!logs.contains(secret), "`{secret}` was logged");
+    }
+    for host in [&laptop, &worker_host] {
+        let audit = host.state_dir().join("audit.jsonl");
+        host.cli(&["audit", "verify", "--file", audit.to_str().unwrap()]);
+    }
+}

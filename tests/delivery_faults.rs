@@ -1,0 +1,156 @@
+//! The fault runs of delivery on the real RabbitMQ: 1,000 messages while `rabbitmqctl stop_app` /
+//! `start_app` runs mid-stream, then 1,000 more while the receiving gateway is killed with SIGKILL
+//! and restarted — each delivered exactly once, in the sender's order.
+//!
+//! This binary stops the broker, so it holds this one test: nothing runs beside it.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    reason = "test code fails loudly"
+)]
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::{Fleets, Host, eventually, grants, nonce, wait_for};
+use serde_json::json;
+
+/// Drains `agent`'s held messages on `host` (pull, ack), returning their texts in order.
+fn drain(host: &Host, agent: &str) -> Vec<String> {
+    let mut texts = Vec::new();
+    loop {
+        let batch = host.held(agent);
+        if batch.is_empty() {
+            return texts;
+        }
+        for message in batch {
+            texts.push(message["body"]["text"].as_str().unwrap().to_owned());
+            let id = message["id"].as_str().unwrap();
+            let ack = host.api(&json!({"op": "held.ack", "id": id}));
+            assert_eq!(ack["acknowledged"], true, "{ack}");
+        }
+    }
+}
+
+fn rabbitmqctl(command: &str) {
+    let out = Command::new("rabbitmqctl")
+        .args(["-q", command])
+        .output()
+        .expect("rabbitmqctl is installed (scripts/test installs it)");
+    assert!(
+        out.status.success(),
+        "rabbitmqctl {command}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Starts RabbitMQ's app again even when the test fails half-way.
+struct RestartGuard;
+
+impl Drop for RestartGuard {
+    fn drop(&mut self) {
+        let _ = Command::new("rabbitmqctl")
+            .args(["-q", "start_app"])
+            .output();
+    }
+}
+
+#[test]
+fn a_thousand_messages_survive_a_broker_restart_and_a_killed_receiver_exactly_once_in_order() {
+    const N: usize = 1000;
+    let nonce = nonce();
+    let fleet = format!("df{nonce}");
+    let password = format!("PwDF{nonce}x");
+    let mut cleanup = Fleets::new(&[&fleet]);
+    grants(&fleet, &[], &password);
+    let root = tempfile::tempdir().unwrap();
+    let (sender, receiver) = (Host::new(root.path(), "s1"), Host::new(root.path(), "r1"));
+    let (child, sender_log) = sender.start(&fleet, &password, &[], &[(&receiver, &fleet)]);
+    cleanup.children.push(child);
+    let (child, receiver_log) = receiver.start(&fleet, &password, &[], &[(&sender, &fleet)]);
+    cleanup.children.push(child);
+    let mut seen = String::new();
+    wait_for(
+        &sender_log,
+        &mut seen,
+        &["broker connected"],
+        Duration::from_secs(20),
+    );
+    wait_for(
+        &receiver_log,
+        &mut seen,
+        &["broker connected"],
+        Duration::from_secs(20),
+    );
+    let primary = sender.open_agent("primary");
+    let worker = receiver.open_agent("worker");
+    sender.wait_listed(&worker);
+
+    // Run 1: the broker's app stops a third of the way in and starts again two thirds in.
+    let guard = RestartGuard;
+    let mut ids: Vec<String> = Vec::new();
+    for i in 0..N {
+        if i == N / 3 {
+            rabbitmqctl("stop_app");
+        }
+        if i == 2 * N / 3 {
+            rabbitmqctl("start_app");
+        }
+        let (id, route) = sender.send(&worker, &primary, &format!("run1 #{i:04}"));
+        assert_eq!(route, "fleet");
+        if i == N / 3 {
+            let outage = sender.delivery(&id);
+            assert_eq!(
+                (&outage["state"], &outage["in_broker"]),
+                (&json!("queued"), &json!(false)),
+                "sent while the broker is down: kept in the outbox"
+            );
+        }
+        ids.push(id);
+    }
+    drop(guard);
+    for id in &ids {
+        sender.wait_delivery(id, "delivered");
+    }
+    let texts = drain(&receiver, &worker);
+    let expected: Vec<String> = (0..N).map(|i| format!("run1 #{i:04}")).collect();
+    assert_eq!(texts.len(), N, "every message exactly once");
+    assert_eq!(texts, expected, "in the sender's order");
+
+    // Run 2: the receiving gateway is killed with SIGKILL a third in and restarted two thirds in.
+    let mut ids: Vec<String> = Vec::new();
+    for i in 0..N {
+        if i == N / 3 {
+            cleanup.children[1].kill().unwrap();
+            cleanup.children[1].wait().unwrap();
+        }
+        if i == 2 * N / 3 {
+            eventually(
+                "sent while the receiver is dead: waiting in its inbox",
+                Duration::from_secs(20),
+                || {
+                    let s = sender.delivery(&ids[N / 3]);
+                    (s["state"] == "queued" && s["in_broker"] == true).then_some(())
+                },
+            );
+            let (child, _) = receiver.start(&fleet, &password, &[], &[(&sender, &fleet)]);
+            cleanup.children[1] = child;
+        }
+        let (id, _) = sender.send(&worker, &primary, &format!("run2 #{i:04}"));
+        ids.push(id);
+    }
+    for id in &ids {
+        sender.wait_delivery(id, "delivered");
+    }
+    let texts = drain(&receiver, &worker);
+    let expected: Vec<String> = (0..N).map(|i| format!("run2 #{i:04}")).collect();
+    assert_eq!(texts.len(), N, "every message exactly once");
+    assert_eq!(texts, expected, "in the sender's order");
+    let audit = receiver.state_dir().join("audit.jsonl");
+    receiver.cli(&["audit", "verify", "--file", audit.to_str().unwrap()]);
+}
