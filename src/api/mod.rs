@@ -122,7 +122,13 @@ async fn handle(stream: UnixStream, state: &ApiState) {
             json!({"error": format!("request larger than {MAX_REQUEST} bytes")})
         }
         Ok(_) => match serde_json::from_slice::<Value>(&line) {
-            Ok(request) => answer(&request, state),
+            // Answers may wait for the disk (a send is durable before it is acknowledged).
+            Ok(request) => {
+                let state = state.clone();
+                tokio::task::spawn_blocking(move || answer(&request, &state))
+                    .await
+                    .unwrap_or_else(|_| json!({"error": "the request failed"}))
+            }
             Err(_) => json!({"error": "request is not JSON"}),
         },
         Err(_) => return,

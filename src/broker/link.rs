@@ -456,28 +456,36 @@ impl Served<'_> {
         announce(self.courier, &self.presence.roster);
     }
 
-    /// Takes a window of deliveries in (one durable transaction), audits, then acknowledges.
+    /// Takes a window of deliveries in (one durable transaction), acknowledges, then audits.
     async fn take_in(&self, batch: Vec<Delivery>) {
         let views: Vec<(&str, &lapin::BasicProperties, &[u8])> = batch
             .iter()
             .map(|d| (d.exchange.as_str(), &d.properties, d.data.as_slice()))
             .collect();
         let (acks, audit) = self.courier.intake(self.inbound, &views);
-        (self.presence.record)(&audit);
+        // Acks go out together (each waits for its frame to be written, not for the broker).
+        let mut pending = JoinSet::new();
         for (delivery, ack) in batch.iter().zip(acks) {
-            if !ack {
-                continue;
-            }
-            match delivery.ack(BasicAckOptions::default()).await {
-                Ok(true) => {}
-                Ok(false) => debug!(
-                    "ack not sent (channel closing); the message will be redelivered and deduplicated"
-                ),
-                Err(error) => {
-                    warn!(%error, "ack failed; the message will be redelivered and deduplicated");
-                }
+            if ack {
+                let acker = delivery.acker.clone();
+                pending.spawn(async move { acker.ack(BasicAckOptions::default()).await });
             }
         }
+        while let Some(sent) = pending.join_next().await {
+            match sent {
+                Ok(Ok(true)) => {}
+                Ok(Ok(false)) => debug!(
+                    "ack not sent (channel closing); the message will be redelivered and deduplicated"
+                ),
+                Ok(Err(error)) => {
+                    warn!(%error, "ack failed; the message will be redelivered and deduplicated");
+                }
+                Err(error) => warn!(%error, "ack task failed; the message will be redelivered"),
+            }
+        }
+        // After the acks: the hand-off is already durable; the audit's disk sync need not delay
+        // the broker.
+        (self.presence.record)(&audit);
     }
 
     /// Sends the latest beat into each other fleet's `x.in.OWN`; a fleet that fails is retried

@@ -5,6 +5,7 @@
 //! Imports: nothing from the crate (a leaf).
 
 use std::path::{Path, PathBuf};
+use std::sync::{Condvar, Mutex};
 
 use redb::{
     Database, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition,
@@ -114,6 +115,22 @@ pub struct Pruned {
 pub struct StateStore {
     db: Database,
     limits: Limits,
+    /// Outbox entries waiting for the next group commit (see [`StateStore::outbox_put_tracked`]).
+    queue: Mutex<Queue>,
+    /// Signalled when a group commit ends.
+    committed: Condvar,
+}
+
+/// Outbox entries waiting to be committed, and the group commit rounds.
+#[derive(Default)]
+struct Queue {
+    items: Vec<(Uuid, Vec<u8>, Vec<u8>)>,
+    /// The round the waiting items will be committed in.
+    round: u64,
+    /// Rounds finished, with the outcome of the last one.
+    done: u64,
+    failed: Option<String>,
+    leading: bool,
 }
 
 impl std::fmt::Debug for StateStore {
@@ -148,7 +165,12 @@ impl StateStore {
             .create(dir)
             .map_err(|e| open_error(e.to_string()))?;
         let db = Database::create(&path).map_err(|e| open_error(e.to_string()))?;
-        let store = StateStore { db, limits };
+        let store = StateStore {
+            db,
+            limits,
+            queue: Mutex::new(Queue::default()),
+            committed: Condvar::new(),
+        };
         store.write("create tables", |txn| {
             txn.open_table(REPLAY)?;
             txn.open_table(DEDUPE)?;
@@ -273,38 +295,97 @@ impl StateStore {
         self.put(OUTBOX, "outbox", self.limits.max_outbox, id, record)
     }
 
-    /// Keeps `record` in the outbox and starts its delivery record, in one transaction.
+    /// Keeps `record` in the outbox and starts its delivery record; returns once that is durable.
+    ///
+    /// Group commit: callers arriving together share one round. The round's leader commits
+    /// every waiting entry in one transaction **without** waiting for the disk, calls `visible`
+    /// (the publish may start at once), then syncs once for all of them; nobody returns before
+    /// the sync. A crash before it loses entries nobody was told were kept (they may still
+    /// arrive: the publish may have gone out).
     pub fn outbox_put_tracked(
         &self,
         id: Uuid,
         record: &[u8],
         delivery: &[u8],
+        visible: &dyn Fn(),
+    ) -> Result<(), StateError> {
+        let lock = || {
+            self.queue
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        };
+        let mut queue = lock();
+        queue.items.push((id, record.to_vec(), delivery.to_vec()));
+        let mine = queue.round;
+        while queue.leading {
+            queue = self
+                .committed
+                .wait(queue)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if queue.done > mine {
+                return match &queue.failed {
+                    Some(detail) if queue.done == mine + 1 => Err(tx("outbox")(detail.clone())),
+                    _ => Ok(()),
+                };
+            }
+        }
+        // Lead this round: take every waiting entry, commit, sync, wake the others.
+        queue.leading = true;
+        let items = std::mem::take(&mut queue.items);
+        queue.round += 1;
+        drop(queue);
+        let outcome = self.commit_outbox(&items, visible);
+        let mut queue = lock();
+        queue.leading = false;
+        queue.done = queue.round;
+        queue.failed = outcome.as_ref().err().map(ToString::to_string);
+        self.committed.notify_all();
+        outcome
+    }
+
+    /// One group commit round of [`StateStore::outbox_put_tracked`].
+    fn commit_outbox(
+        &self,
+        items: &[(Uuid, Vec<u8>, Vec<u8>)],
+        visible: &dyn Fn(),
     ) -> Result<(), StateError> {
         let limit = self.limits.max_outbox;
-        let full = self.write("outbox", |txn| {
+        let fits = self.write_with("outbox", Durability::None, |txn| {
             let mut outbox = txn.open_table(OUTBOX)?;
-            if outbox.len()? >= limit {
-                return Ok(true);
+            if outbox.len()? + items.len() as u64 > limit {
+                return Ok(false);
             }
-            outbox.insert(id.as_bytes().as_slice(), record)?;
-            advance(&mut txn.open_table(DELIVERY)?, id, delivery)?;
-            Ok(false)
+            let mut delivery = txn.open_table(DELIVERY)?;
+            for (id, record, tracked) in items {
+                outbox.insert(id.as_bytes().as_slice(), record.as_slice())?;
+                advance(&mut delivery, *id, tracked)?;
+            }
+            Ok(true)
         })?;
-        if full {
+        if !fits {
             return Err(StateError::Full {
                 what: "outbox",
                 limit,
             });
         }
-        Ok(())
+        visible();
+        // An empty durable commit persists the non-durable one before it.
+        self.write("outbox sync", |_| Ok(()))
     }
 
-    /// The broker answered for `id`: drops it from the outbox and advances delivery records, in
-    /// one transaction committed without waiting for the disk (a lost settlement only means the
+    /// The broker answered for `ids`: drops them from the outbox and advances delivery records,
+    /// in one transaction committed without waiting for the disk (a lost settlement only means a
     /// message is republished with the same id and deduplicated by the receiver).
-    pub fn outbox_settle(&self, id: Uuid, deliveries: &[(Uuid, &[u8])]) -> Result<(), StateError> {
+    pub fn outbox_settle(
+        &self,
+        ids: &[Uuid],
+        deliveries: &[(Uuid, &[u8])],
+    ) -> Result<(), StateError> {
         self.write_with("outbox settle", Durability::None, |txn| {
-            txn.open_table(OUTBOX)?.remove(id.as_bytes().as_slice())?;
+            let mut outbox = txn.open_table(OUTBOX)?;
+            for id in ids {
+                outbox.remove(id.as_bytes().as_slice())?;
+            }
             let mut delivery = txn.open_table(DELIVERY)?;
             for (id, record) in deliveries {
                 advance(&mut delivery, *id, record)?;

@@ -109,7 +109,8 @@ fn a_batch_commits_new_messages_with_their_effects_and_skips_duplicates() {
         Uuid::now_v7(),
         Uuid::now_v7(),
     );
-    s.outbox_put_tracked(sent, b"out", &[1, b'q']).unwrap();
+    s.outbox_put_tracked(sent, b"out", &[1, b'q'], &|| ())
+        .unwrap();
     let item = |id, hold| Incoming {
         key_id: "k",
         id,
@@ -195,8 +196,9 @@ fn delivery_records_only_move_forward() {
         "a repeat is ignored"
     );
     assert_eq!(s.delivery_get(id).unwrap().unwrap(), vec![3, b'd']);
-    s.outbox_put_tracked(id, b"r", &[0]).unwrap();
-    s.outbox_settle(id, &[(id, [4, b'f'].as_slice())]).unwrap();
+    s.outbox_put_tracked(id, b"r", &[0], &|| ()).unwrap();
+    s.outbox_settle(&[id], &[(id, [4, b'f'].as_slice())])
+        .unwrap();
     assert!(s.outbox_list().unwrap().is_empty());
     assert_eq!(s.delivery_get(id).unwrap().unwrap(), vec![4, b'f']);
 }
@@ -227,4 +229,33 @@ fn agents_are_kept_across_reopen() {
     assert_eq!(s.agents_list().unwrap(), vec![(id, b"primary".to_vec())]);
     assert!(s.agent_remove(id).unwrap());
     assert!(s.agents_list().unwrap().is_empty());
+}
+
+#[test]
+fn concurrent_puts_share_group_commits_and_all_become_durable() {
+    let dir = tempfile::tempdir().unwrap();
+    let ids: Vec<Uuid> = (0..64).map(|_| Uuid::now_v7()).collect();
+    {
+        let s = std::sync::Arc::new(store(dir.path()));
+        let visible = std::sync::atomic::AtomicUsize::new(0);
+        std::thread::scope(|scope| {
+            for id in &ids {
+                let (s, visible) = (&s, &visible);
+                scope.spawn(move || {
+                    s.outbox_put_tracked(*id, b"m", &[1], &|| {
+                        visible.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    })
+                    .unwrap();
+                });
+            }
+        });
+        let rounds = visible.load(std::sync::atomic::Ordering::SeqCst);
+        assert!((1..=64).contains(&rounds), "{rounds} rounds");
+    }
+    let s = store(dir.path());
+    assert_eq!(
+        s.outbox_list().unwrap().len(),
+        64,
+        "every entry survived a reopen"
+    );
 }

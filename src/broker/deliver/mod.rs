@@ -262,9 +262,11 @@ impl Courier {
             reason: None,
             at_ms: now_ms(),
         };
+        // Published while the disk syncs; the sender hears "accepted" only once it is durable.
         self.state
-            .outbox_put_tracked(sealed.meta.id, &bytes, &tracked.encode())?;
-        self.outbox_ready.notify_one();
+            .outbox_put_tracked(sealed.meta.id, &bytes, &tracked.encode(), &|| {
+                self.outbox_ready.notify_one()
+            })?;
         Ok(sealed.meta.id)
     }
 

@@ -122,11 +122,11 @@ impl Pump {
         for (id, bytes) in pending {
             let Ok(record) = serde_json::from_slice::<OutboxRecord>(&bytes) else {
                 tracing::warn!(msg.id = %id, "unreadable outbox entry dropped");
-                let _ = courier.state.outbox_settle(id, &[]);
+                let _ = courier.state.outbox_settle(&[id], &[]);
                 continue;
             };
             let Some(sealed) = record.sealed() else {
-                let _ = courier.state.outbox_settle(id, &[]);
+                let _ = courier.state.outbox_settle(&[id], &[]);
                 continue;
             };
             if blocked.contains(&record.vhost) {
@@ -171,56 +171,66 @@ impl Pump {
         !self.confirms.is_empty()
     }
 
-    /// The next broker answer, settled. `None` when nothing is in flight; `Some(Err)` when the
-    /// confirm was lost (the entry stays in the outbox).
+    /// The next broker answers (one awaited, and every other already in), settled in one
+    /// transaction. `None` when nothing is in flight; `Some(Err)` when a confirm was lost (the
+    /// entry stays in the outbox).
     pub async fn settle_next(&mut self, courier: &Courier) -> Option<Result<(), String>> {
-        let joined = self.confirms.join_next().await?;
-        let Ok((id, answer)) = joined else {
-            return Some(Err("a confirm task failed".to_owned()));
-        };
-        self.in_flight.remove(&id);
+        let mut answers = vec![self.confirms.join_next().await?];
+        while let Some(more) = self.confirms.try_join_next() {
+            answers.push(more);
+        }
         let now = now_ms();
-        let moved = |id: Uuid, state: DeliveryState, reason: Option<&str>| {
-            courier
+        let mut removed = Vec::with_capacity(answers.len());
+        let mut moved: Vec<(Uuid, Vec<u8>)> = Vec::new();
+        let mut lost = None;
+        let mut settle = |id: Uuid, state: DeliveryState, reason: Option<&str>| {
+            removed.push(id);
+            let record = courier
                 .state
                 .delivery_get(id)
                 .ok()
                 .flatten()
-                .and_then(|b| Tracked::decode(&b))
-                .map(|t| {
-                    let mut t = t.moved(state, reason.map(str::to_owned), now);
-                    t.in_broker = true;
-                    t.encode()
-                })
-        };
-        let settle = |id: Uuid, state: DeliveryState, reason: Option<&str>| {
-            let record = moved(id, state, reason);
-            let deliveries: Vec<(Uuid, &[u8])> =
-                record.iter().map(|r| (id, r.as_slice())).collect();
-            courier.state.outbox_settle(id, &deliveries)
-        };
-        let result = match answer {
-            Ok(Confirmation::Ack(returned)) => {
-                // lapin pairs a return with whichever confirm completes next: go by message id.
-                if let Some(returned_id) = returned.as_ref().and_then(|r| {
-                    r.delivery
-                        .properties
-                        .message_id()
-                        .as_ref()
-                        .and_then(|m| Uuid::parse_str(m.as_str()).ok())
-                }) {
-                    let _ = settle(
-                        returned_id,
-                        DeliveryState::Failed,
-                        Some("no such agent (no inbox is bound)"),
-                    );
-                }
-                settle(id, DeliveryState::Queued, None)
+                .and_then(|b| Tracked::decode(&b));
+            if let Some(t) = record {
+                let mut t = t.moved(state, reason.map(str::to_owned), now);
+                t.in_broker = true;
+                moved.push((id, t.encode()));
             }
-            Ok(Confirmation::Nack(_)) => settle(id, DeliveryState::Failed, Some("inbox full")),
-            Ok(Confirmation::NotRequested) => return Some(Err("confirm mode is off".to_owned())),
-            Err(reason) => return Some(Err(reason)),
         };
-        Some(result.map_err(|e| e.to_string()))
+        for joined in answers {
+            let Ok((id, answer)) = joined else {
+                lost = Some("a confirm task failed".to_owned());
+                continue;
+            };
+            self.in_flight.remove(&id);
+            match answer {
+                Ok(Confirmation::Ack(returned)) => {
+                    // lapin pairs a return with whichever confirm completes next: go by its id.
+                    if let Some(returned_id) = returned.as_ref().and_then(|r| {
+                        r.delivery
+                            .properties
+                            .message_id()
+                            .as_ref()
+                            .and_then(|m| Uuid::parse_str(m.as_str()).ok())
+                    }) {
+                        settle(
+                            returned_id,
+                            DeliveryState::Failed,
+                            Some("no such agent (no inbox is bound)"),
+                        );
+                    }
+                    settle(id, DeliveryState::Queued, None);
+                }
+                Ok(Confirmation::Nack(_)) => settle(id, DeliveryState::Failed, Some("inbox full")),
+                Ok(Confirmation::NotRequested) => lost = Some("confirm mode is off".to_owned()),
+                Err(reason) => lost = Some(reason),
+            }
+        }
+        // A returned id settles first as failed; its own ack (queued) then cannot move it back.
+        let records: Vec<(Uuid, &[u8])> = moved.iter().map(|(id, r)| (*id, r.as_slice())).collect();
+        if let Err(error) = courier.state.outbox_settle(&removed, &records) {
+            return Some(Err(error.to_string()));
+        }
+        Some(lost.map_or(Ok(()), Err))
     }
 }
