@@ -1,6 +1,7 @@
 //! The broker link against the real RabbitMQ: started while the broker is down, the daemon stays
-//! up and serves (degraded), then connects within its backoff cap once the broker starts, and
-//! declares its topology (the control queue with single active consumer, reject-publish).
+//! up and serves (degraded) — local routing works and messages for elsewhere wait in the outbox —
+//! then connects within its backoff cap once the broker starts, declares its topology (the
+//! control queue with single active consumer, reject-publish) and publishes what waited.
 
 #![allow(clippy::unwrap_used, clippy::panic, reason = "test code fails loudly")]
 
@@ -102,6 +103,38 @@ fn a_daemon_started_while_the_broker_is_down_connects_when_it_comes_back() {
         cleanup.children[0].try_wait().unwrap().is_none(),
         "the daemon stays up without a broker"
     );
+    let cli = |args: &[&str]| {
+        let mut full = vec!["--config", config.to_str().unwrap()];
+        full.extend_from_slice(args);
+        let out = Command::new(BIN)
+            .args(&full)
+            .env("HOME", dir.path())
+            .env("XDG_RUNTIME_DIR", dir.path().join("run"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "fleetd {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert!(cli(&["status"]).contains("broker: unreachable since"));
+    // Local routing works without the broker; a message for elsewhere waits in the outbox.
+    let primary = cli(&["agent", "open", "primary"]).trim().to_owned();
+    let notes = cli(&["agent", "open", "notes"]).trim().to_owned();
+    let local = cli(&["send", &notes, "kept locally", "--from", &primary]);
+    assert!(local.contains("route: local"), "{local}");
+    let local_id = local.split_whitespace().next().unwrap().to_owned();
+    assert_eq!(cli(&["delivery", &local_id]).trim(), "delivered");
+    assert!(cli(&["inbox", "pull", "--agent", &notes]).contains("kept locally"));
+    let ghost = uuid::Uuid::now_v7().to_string();
+    let waiting = cli(&["send", &ghost, "for later"]);
+    let waiting_id = waiting.split_whitespace().next().unwrap().to_owned();
+    assert!(
+        cli(&["delivery", &waiting_id]).contains("in the outbox, waiting for the broker"),
+        "a message sent during the outage is kept"
+    );
 
     ctl(&["-q", "start_app"]);
     ctl(&["-q", "await_startup"]);
@@ -115,6 +148,17 @@ fn a_daemon_started_while_the_broker_is_down_connects_when_it_comes_back() {
         connected < Duration::from_secs(10),
         "connected {connected:?} after the broker was up (cap 2 s)"
     );
+
+    // The outbox is published once connected: nobody has that agent, the broker says so.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let state = cli(&["delivery", &waiting_id]);
+        if state.contains("failed: no such agent") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "still: {state}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
 
     let status = Command::new(BIN)
         .args(["--config", config.to_str().unwrap(), "status"])
