@@ -197,13 +197,34 @@ async fn a_daemon_takes_in_genuine_messages_and_refuses_unpinned_ones() {
         seen.contains("no key is pinned for host `intruder`"),
         "{seen}"
     );
+    // A replay of the genuine envelope (same id) and an expired one: dropped, each on record.
+    publisher
+        .send(&ingress, "ctl.hostb", &genuine)
+        .await
+        .unwrap();
+    let (mut meta, payload) = message(&a, "hosta", &b, primary);
+    // Created within the allowed skew, but its life is over.
+    meta.expires_ms = meta.created_ms - 1_000;
+    meta.created_ms -= 60_000;
+    let expired = wire::seal(meta, &payload, &key_a);
+    publisher
+        .send(&ingress, "ctl.hostb", &expired)
+        .await
+        .unwrap();
+    wait_for(&lines, &mut seen, "the envelope has expired");
     assert!(!seen.contains("hello"), "message bodies are never logged");
+    assert!(
+        !seen.contains("Server returned us a message"),
+        "lapin's return warning (it carries the body) is held back"
+    );
     let audit_file = dir.path().join("state/fleetd/audit.jsonl");
     // The log line comes first; the audit record follows in the same intake round.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     let audit = loop {
         let audit = std::fs::read_to_string(&audit_file).unwrap();
-        if audit.contains("message.refused") || std::time::Instant::now() > deadline {
+        if (audit.contains("message.duplicate") && audit.contains("expired"))
+            || std::time::Instant::now() > deadline
+        {
             break audit;
         }
         std::thread::sleep(Duration::from_millis(100));
@@ -215,6 +236,18 @@ async fn a_daemon_takes_in_genuine_messages_and_refuses_unpinned_ones() {
     assert!(
         audit.contains("\"event\":\"message.refused\"") && audit.contains("intruder"),
         "{audit}"
+    );
+    assert!(
+        audit.contains("\"event\":\"message.duplicate\""),
+        "the replay is on record: {audit}"
+    );
+    assert!(
+        audit.contains(&expired.meta.id.to_string()) && audit.contains("expired"),
+        "the expired envelope is on record: {audit}"
+    );
+    assert!(
+        !cli(&["inbox", "pull", "--json"]).contains(&expired.meta.id.to_string()),
+        "nothing refused is delivered"
     );
     let verify = Command::new(BIN)
         .args(["audit", "verify", "--file", audit_file.to_str().unwrap()])

@@ -1,7 +1,10 @@
 //! Opening a connection from the broker secret without ever formatting the URI.
 
+use lapin::tcp::{AsyncTcpStream, RustlsConnector, RustlsConnectorConfig};
 use lapin::uri::{AMQPAuthority, AMQPQueryString, AMQPScheme, AMQPUri, AMQPUserInfo};
 use lapin::{Connection, ConnectionProperties};
+use rustls_pki_types::CertificateDer;
+use rustls_pki_types::pem::PemObject;
 use secrecy::ExposeSecret;
 
 use crate::secret::BrokerUri;
@@ -61,21 +64,82 @@ pub async fn connect(uri: &BrokerUri, vhost: Option<&str>) -> Result<Connection,
         },
     };
     let properties = ConnectionProperties::default().with_connection_name("fleetd".into());
-    Connection::connect_uri(amqp, properties)
-        .await
-        .map_err(|error| {
-            let reason = error.to_string();
-            if reason.contains("ACCESS_REFUSED")
-                || reason.contains("NOT_ALLOWED")
-                || reason.contains("access")
-            {
-                ConnectError::Refused { vhost, reason }
-            } else {
-                ConnectError::Unreachable {
-                    host: uri.host.clone(),
-                    port: uri.port,
-                    reason,
-                }
+    let connected = match (&uri.ca_pem, uri.tls) {
+        (Some(pem), true) => {
+            let connector = pinned_connector(pem).map_err(|reason| ConnectError::Unreachable {
+                host: uri.host.clone(),
+                port: uri.port,
+                reason,
+            })?;
+            connect_pinned(amqp, properties, connector).await
+        }
+        _ => Connection::connect_uri(amqp, properties).await,
+    };
+    connected.map_err(|error| {
+        let reason = error.to_string();
+        if reason.contains("ACCESS_REFUSED")
+            || reason.contains("NOT_ALLOWED")
+            || reason.contains("access")
+        {
+            ConnectError::Refused { vhost, reason }
+        } else {
+            ConnectError::Unreachable {
+                host: uri.host.clone(),
+                port: uri.port,
+                reason,
             }
-        })
+        }
+    })
+}
+
+/// Pins the CA bundle at `path` (`broker.ca_file`) on `uri`: `amqps` then trusts only those CAs.
+pub fn pin_ca(uri: &mut BrokerUri, path: Option<&std::path::Path>) -> Result<(), String> {
+    let Some(path) = path else {
+        return Ok(());
+    };
+    let pem = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read `broker.ca_file` `{}`: {e}", path.display()))?;
+    pinned_connector(&pem)?;
+    uri.ca_pem = Some(pem.into());
+    Ok(())
+}
+
+/// A rustls connector that trusts only the CAs in `pem` (an empty root store otherwise: the
+/// platform's trust store plays no part).
+fn pinned_connector(pem: &str) -> Result<RustlsConnector, String> {
+    let mut reader = std::io::BufReader::new(pem.as_bytes());
+    let certs = CertificateDer::pem_reader_iter(&mut reader)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("`broker.ca_file` is not a PEM bundle: {e}"))?;
+    if certs.is_empty() {
+        return Err("`broker.ca_file` holds no certificate".to_owned());
+    }
+    let mut config = RustlsConnectorConfig::default();
+    config.add_parsable_certificates(certs);
+    config
+        .connector_with_no_client_auth()
+        .map_err(|e| e.to_string())
+}
+
+/// Connects over TLS verified by `connector` (lapin's default connector would add the platform's
+/// trust store).
+async fn connect_pinned(
+    amqp: AMQPUri,
+    properties: ConnectionProperties,
+    connector: RustlsConnector,
+) -> lapin::Result<Connection> {
+    let runtime = lapin::runtime::default_runtime()?;
+    let connector = std::sync::Arc::new(connector);
+    Connection::connector(
+        amqp,
+        runtime,
+        async move |uri: AMQPUri, runtime| {
+            let host = uri.authority.host.clone();
+            let addresses = runtime.to_socket_addrs((host.clone(), uri.authority.port));
+            let stream = AsyncTcpStream::connect(&runtime, addresses).await?;
+            Ok(stream.into_rustls(&connector, &host).await?)
+        },
+        properties,
+    )
+    .await
 }

@@ -17,4 +17,4 @@ pub mod publish;
 pub mod topology;
 
 pub use apply::{ApplyError, apply};
-pub use connect::{ConnectError, connect};
+pub use connect::{ConnectError, connect, pin_ca};

@@ -222,19 +222,25 @@ async fn run_contract(
     config: Option<&Path>,
     out: &Output,
 ) -> ExitCode {
-    let env = match uri_env {
-        Some(var) => Some(var.to_owned()),
-        None => match Config::load(config) {
-            Ok(config) => config.broker.uri_env,
-            Err(error) => {
-                out.error(&error);
-                return exit::code(exit::USAGE);
-            }
-        },
+    let loaded = Config::load(config);
+    let (env, ca_file) = match (uri_env, loaded) {
+        (Some(var), loaded) => (
+            Some(var.to_owned()),
+            loaded.ok().and_then(|c| c.broker.ca_file),
+        ),
+        (None, Ok(config)) => (config.broker.uri_env, config.broker.ca_file),
+        (None, Err(error)) => {
+            out.error(&error);
+            return exit::code(exit::USAGE);
+        }
     };
-    let Some(uri) = resolve_uri(BROKER_URI, env.as_deref(), out) else {
+    let Some(mut uri) = resolve_uri(BROKER_URI, env.as_deref(), out) else {
         return exit::code(exit::FAILED);
     };
+    if let Err(reason) = crate::broker::pin_ca(&mut uri, ca_file.as_deref()) {
+        out.note(&format!("error: {reason}"));
+        return exit::code(exit::USAGE);
+    }
     let vhost = vhost.unwrap_or(&uri.vhost).to_owned();
     out.line(&format!(
         "contract for user `{}` on vhost `{vhost}` at {}:{}",

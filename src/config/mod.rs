@@ -57,6 +57,9 @@ pub struct BrokerSettings {
     pub admit: Vec<String>,
     /// Allowed distance between an envelope's `created` and now (`broker.skew_secs`, default 120).
     pub skew: std::time::Duration,
+    /// PEM bundle of the only CAs trusted for `amqps` (`broker.ca_file`); without it the
+    /// platform's trust store is used.
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 impl Default for BrokerSettings {
@@ -67,6 +70,7 @@ impl Default for BrokerSettings {
             queue_type: QueueType::Classic,
             admit: Vec::new(),
             skew: std::time::Duration::from_secs(120),
+            ca_file: None,
         }
     }
 }

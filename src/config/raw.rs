@@ -58,6 +58,7 @@ struct RawBroker {
     #[serde(default)]
     admit: Vec<Spanned<String>>,
     skew_secs: Option<Spanned<u64>>,
+    ca_file: Option<Spanned<std::path::PathBuf>>,
 }
 
 #[derive(Deserialize)]
@@ -219,6 +220,15 @@ fn check(raw: RawConfig, path: &Path, text: &str) -> Result<Config, Vec<Diagnost
                 );
             }
             config.broker.skew = std::time::Duration::from_secs(*skew.get_ref());
+        }
+        if let Some(ca_file) = broker.ca_file {
+            if !ca_file.get_ref().is_absolute() {
+                bad(
+                    ca_file.span(),
+                    "`broker.ca_file` must be an absolute path to a PEM bundle".to_owned(),
+                );
+            }
+            config.broker.ca_file = Some(ca_file.into_inner());
         }
         if let Some(queue_type) = broker.queue_type {
             config.broker.queue_type = match queue_type {

@@ -108,3 +108,18 @@ fn broker_admits_skew_and_peer_pins_load() {
         errors[0]
     );
 }
+
+#[test]
+fn a_pinned_broker_ca_is_an_absolute_path() {
+    let config = parse("[broker]\nca_file = \"/etc/fleetd/broker-ca.pem\"\n").unwrap();
+    assert_eq!(
+        config.broker.ca_file.as_deref(),
+        Some(std::path::Path::new("/etc/fleetd/broker-ca.pem"))
+    );
+    let errors = parse("[broker]\nca_file = \"ca.pem\"\n").unwrap_err();
+    assert!(
+        errors[0].to_string().contains("absolute path"),
+        "{}",
+        errors[0]
+    );
+}

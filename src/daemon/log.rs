@@ -100,9 +100,17 @@ pub fn subscriber(
     filter: &str,
     writer: ScrubbingWriter,
 ) -> Result<Box<dyn tracing::Subscriber + Send + Sync>, LogError> {
-    let filter = EnvFilter::try_new(filter).map_err(|_| LogError::Filter {
+    let mut filter = EnvFilter::try_new(filter).map_err(|_| LogError::Filter {
         filter: filter.to_owned(),
     })?;
+    // lapin logs a returned message at WARN with its whole body, and frames at lower levels:
+    // message content must never reach a log, so lapin is held at ERROR whatever the filter says
+    // (fleetd reports returns itself, as delivery states).
+    for directive in ["lapin=error", "amq_protocol=error"] {
+        if let Ok(directive) = directive.parse() {
+            filter = filter.add_directive(directive);
+        }
+    }
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(writer)

@@ -43,6 +43,9 @@ pub enum RunError {
     /// The broker URI secret does not parse.
     #[error("the broker uri secret is not a valid amqp uri")]
     BrokerUri(#[source] crate::secret::UriError),
+    /// The pinned CA bundle is unusable.
+    #[error("{0}")]
+    CaFile(String),
     /// A broker is configured without `fleet`.
     #[error("a broker is configured but `fleet` is not: set the fleet (its vhost and user)")]
     NoFleet,
@@ -80,7 +83,9 @@ pub async fn run(
     let broker = secrets.iter().find(|s| s.name.as_str() == BROKER_URI);
     let link_status = match broker {
         Some(secret) => {
-            let uri = BrokerUri::parse(&secret.value).map_err(RunError::BrokerUri)?;
+            let mut uri = BrokerUri::parse(&secret.value).map_err(RunError::BrokerUri)?;
+            crate::broker::pin_ca(&mut uri, config.broker.ca_file.as_deref())
+                .map_err(RunError::CaFile)?;
             info!(
                 broker.host = %uri.host,
                 broker.port = uri.port,

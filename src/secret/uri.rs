@@ -22,6 +22,9 @@ pub struct BrokerUri {
     pub vhost: String,
     /// Heartbeat in seconds: the URI's `heartbeat=` or 10.
     pub heartbeat: u16,
+    /// The only CAs trusted for `amqps` (PEM), from `broker.ca_file`; `None`: the platform's
+    /// trust store. Not part of the URI: the daemon sets it from config.
+    pub ca_pem: Option<std::sync::Arc<str>>,
 }
 
 impl fmt::Debug for BrokerUri {
@@ -34,6 +37,7 @@ impl fmt::Debug for BrokerUri {
             .field("port", &self.port)
             .field("vhost", &self.vhost)
             .field("heartbeat", &self.heartbeat)
+            .field("ca_pinned", &self.ca_pem.is_some())
             .finish()
     }
 }
@@ -117,6 +121,7 @@ impl BrokerUri {
             port,
             vhost,
             heartbeat,
+            ca_pem: None,
         })
     }
 }

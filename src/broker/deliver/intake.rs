@@ -66,7 +66,17 @@ impl Courier {
                         audit.push((plan.event, plan.detail.clone()));
                         true
                     }
-                    Some(Taken::Duplicate) => true,
+                    Some(Taken::Duplicate) => {
+                        // A redelivery after a crash, a republish after a lost confirm, or a
+                        // replay: dropped either way, and on record.
+                        tracing::debug!(msg.id = %plan.meta.id, "duplicate message dropped");
+                        let mut detail = plan.detail.clone();
+                        if let Some(fields) = detail.as_object_mut() {
+                            fields.insert("reason".to_owned(), json!("seen before (redelivery, republish or replay)"));
+                        }
+                        audit.push(("message.duplicate", detail));
+                        true
+                    }
                     Some(Taken::Full) | None => {
                         tracing::warn!(msg.id = %plan.meta.id, "held store or outbox full; leaving the message for redelivery");
                         false
