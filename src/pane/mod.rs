@@ -1,8 +1,91 @@
-//! Terminal panes: what fleetd types into them.
+//! Terminal panes: the `Multiplexer` trait fleetd drives panes through, its tmux backend, and the
+//! pane-safe text sanitiser that everything typed passes through.
 //!
-//! For now this holds the pane-safe text sanitiser; the `Multiplexer` trait with its tmux and
-//! herdr backends arrives with the spawn issue.
+//! The multiplexer server is never fleetd's child: fleetd connects to one that runs on its own
+//! (a dedicated tmux socket started by the operator's unit), so fleetd's own sandbox and unit
+//! restrictions are not inherited by agents.
 //!
 //! Imports: nothing from the crate (a leaf).
 
 pub mod sanitize;
+pub mod tmux;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// A pane's id on its multiplexer (tmux `%N`). Host-local: never leaves this host.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PaneId(pub String);
+
+impl std::fmt::Display for PaneId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What to launch in a new pane.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Launch {
+    /// The program and its arguments (no shell in between).
+    pub argv: Vec<String>,
+    /// The working directory.
+    pub cwd: PathBuf,
+    /// Environment for the pane's process (secrets included: never logged, never on an argv).
+    pub env: BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for Launch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Launch")
+            .field("argv", &self.argv)
+            .field("cwd", &self.cwd)
+            .field("env", &self.env.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+/// Where a pane's process is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PaneState {
+    /// Its process runs.
+    Running,
+    /// Its process ended with this status (the pane stays until closed).
+    Exited(i32),
+}
+
+/// Why a multiplexer call failed. Names the operation; never the text typed or the environment.
+#[derive(Debug, thiserror::Error)]
+pub enum PaneError {
+    /// The multiplexer cannot be reached (its server is not running, or the call timed out).
+    #[error("{backend}: {op}: {detail}")]
+    Unavailable {
+        /// Which backend.
+        backend: &'static str,
+        /// Which operation.
+        op: &'static str,
+        /// What happened.
+        detail: String,
+    },
+    /// The pane does not exist.
+    #[error("no pane {0}")]
+    NoPane(PaneId),
+    /// The request cannot be carried out safely.
+    #[error("refused: {0}")]
+    Refused(String),
+}
+
+/// A terminal multiplexer fleetd launches agents in and types into.
+pub trait Multiplexer: Send + Sync {
+    /// Launches `launch` in a new pane; returns its id.
+    fn launch(&self, launch: &Launch) -> Result<PaneId, PaneError>;
+    /// Types `text` into the pane (sanitised here first), then presses Enter.
+    fn send_text(&self, pane: &PaneId, text: &str) -> Result<(), PaneError>;
+    /// The last `lines` lines the pane shows.
+    fn read(&self, pane: &PaneId, lines: usize) -> Result<String, PaneError>;
+    /// Whether the pane's process runs or exited (and how).
+    fn state(&self, pane: &PaneId) -> Result<PaneState, PaneError>;
+    /// Closes the pane (its process gets SIGHUP).
+    fn close(&self, pane: &PaneId) -> Result<(), PaneError>;
+    /// Every pane on this multiplexer.
+    fn list(&self) -> Result<Vec<PaneId>, PaneError>;
+}

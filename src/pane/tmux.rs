@@ -1,0 +1,319 @@
+//! The tmux backend: a dedicated server socket (`-L NAME` or `-S PATH`) that runs on its own,
+//! `%N` pane ids, every call bounded by a timeout.
+//!
+//! Nothing secret is ever on a command line: commands that carry environment values go to
+//! `tmux source-file -` on stdin (tmux's own quoting, single-quoted), and typed text goes through
+//! `load-buffer -` on stdin, then `paste-buffer -p -d` (bracketed paste, buffer deleted) and
+//! Enter. Panes keep their process's exit status (`remain-on-exit`).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use super::sanitize::sanitize;
+use super::{Launch, Multiplexer, PaneError, PaneId, PaneState};
+
+const BACKEND: &str = "tmux";
+
+/// How fleetd reaches the tmux server.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Socket {
+    /// `tmux -L NAME` (a socket named NAME in tmux's per-user directory).
+    Name(String),
+    /// `tmux -S PATH`.
+    Path(PathBuf),
+}
+
+/// A tmux server and the session fleetd opens its windows in.
+#[derive(Clone, Debug)]
+pub struct Tmux {
+    socket: Socket,
+    session: String,
+    timeout: Duration,
+}
+
+impl Tmux {
+    /// The server at `socket`; windows go into session `session` (created when missing).
+    pub fn new(socket: Socket, session: &str) -> Tmux {
+        Tmux {
+            socket,
+            session: session.to_owned(),
+            timeout: Duration::from_secs(5),
+        }
+    }
+
+    /// The socket, for messages.
+    fn describe(&self) -> String {
+        match &self.socket {
+            Socket::Name(name) => format!("socket name `{name}` (-L)"),
+            Socket::Path(path) => format!("`{}` (-S)", path.display()),
+        }
+    }
+
+    /// Runs `tmux ARGS` with `stdin`; its stdout, or why it failed.
+    fn run(&self, op: &'static str, args: &[&str], stdin: &[u8]) -> Result<String, PaneError> {
+        let unavailable = |detail: String| PaneError::Unavailable {
+            backend: BACKEND,
+            op,
+            detail,
+        };
+        let mut command = Command::new("tmux");
+        match &self.socket {
+            Socket::Name(name) => command.args(["-L", name]),
+            Socket::Path(path) => command.arg("-S").arg(path),
+        };
+        let mut child = command
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| unavailable(format!("cannot run tmux: {e}")))?;
+        if let Some(mut input) = child.stdin.take() {
+            input
+                .write_all(stdin)
+                .map_err(|e| unavailable(format!("cannot write to tmux: {e}")))?;
+        }
+        let pid = child.id();
+        let (done, waited) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = done.send(child.wait_with_output());
+        });
+        let output = match waited.recv_timeout(self.timeout) {
+            Ok(output) => output.map_err(|e| unavailable(e.to_string()))?,
+            Err(_) => {
+                if let Some(pid) = i32::try_from(pid)
+                    .ok()
+                    .and_then(rustix::process::Pid::from_raw)
+                {
+                    let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+                }
+                return Err(unavailable(format!("no answer within {:?}", self.timeout)));
+            }
+        };
+        if output.status.success() {
+            return Ok(String::from_utf8_lossy(&output.stdout).into_owned());
+        }
+        let stderr = String::from_utf8_lossy(&output.stderr).trim().to_owned();
+        Err(unavailable(if stderr.is_empty() {
+            format!("tmux exited with {}", output.status)
+        } else {
+            stderr
+        }))
+    }
+
+    /// Runs tmux commands given on stdin (`source-file -`): values stay off every argv.
+    fn script(&self, op: &'static str, commands: &str) -> Result<String, PaneError> {
+        self.run(op, &["source-file", "-"], commands.as_bytes())
+    }
+
+    /// A pane-addressed call that maps tmux's "can't find pane" to [`PaneError::NoPane`].
+    fn on_pane(
+        &self,
+        op: &'static str,
+        pane: &PaneId,
+        args: &[&str],
+        stdin: &[u8],
+    ) -> Result<String, PaneError> {
+        valid_pane(pane)?;
+        self.run(op, args, stdin).map_err(|error| match error {
+            PaneError::Unavailable { ref detail, .. } if detail.contains("can't find") => {
+                PaneError::NoPane(pane.clone())
+            }
+            other => other,
+        })
+    }
+}
+
+impl Multiplexer for Tmux {
+    fn launch(&self, launch: &Launch) -> Result<PaneId, PaneError> {
+        if launch.argv.is_empty() {
+            return Err(PaneError::Refused("an empty command".to_owned()));
+        }
+        let mut words = Vec::new();
+        words.push("-c".to_owned());
+        words.push(quote(&path_text(&launch.cwd)?)?);
+        for (name, value) in &launch.env {
+            if name.is_empty() || name.contains('=') {
+                return Err(PaneError::Refused(format!(
+                    "environment name `{name}` is malformed"
+                )));
+            }
+            words.push("-e".to_owned());
+            words.push(quote(&format!("{name}={value}"))?);
+        }
+        words.push("--".to_owned());
+        for arg in &launch.argv {
+            words.push(quote(arg)?);
+        }
+        let target = quote(&self.session)?;
+        // The server must already run on its own (the operator's unit starts it): a server that
+        // fleetd's call started would inherit fleetd's sandbox, and so would every agent.
+        let exists = match self.run("has-session", &["has-session", "-t", &self.session], b"") {
+            Ok(_) => true,
+            Err(PaneError::Unavailable { detail, .. })
+                if detail.contains("no server running") || detail.contains("error connecting") =>
+            {
+                return Err(PaneError::Unavailable {
+                    backend: BACKEND,
+                    op: "launch",
+                    detail: format!(
+                        "no tmux server runs at {}: start it outside fleetd (deploy/fleetd-tmux@.service)",
+                        self.describe()
+                    ),
+                });
+            }
+            Err(_) => false,
+        };
+        let create = if exists {
+            format!("new-window -d -t {target}: -P -F '#{{pane_id}}'")
+        } else {
+            format!("new-session -d -s {target} -P -F '#{{pane_id}}'")
+        };
+        // remain-on-exit first: a process that ends at once still leaves its status behind.
+        let script = format!(
+            "set-option -g -w remain-on-exit on\n{create} {}\n",
+            words.join(" ")
+        );
+        let out = self.script("launch", &script)?;
+        let id = out.lines().map(str::trim).rfind(|l| l.starts_with('%'));
+        match id {
+            Some(id) => Ok(PaneId(id.to_owned())),
+            None => Err(PaneError::Unavailable {
+                backend: BACKEND,
+                op: "launch",
+                detail: "tmux did not print the new pane id".to_owned(),
+            }),
+        }
+    }
+
+    fn send_text(&self, pane: &PaneId, text: &str) -> Result<(), PaneError> {
+        let clean = sanitize(text.as_bytes());
+        let mut name = [0u8; 8];
+        getrandom::fill(&mut name).map_err(|e| PaneError::Refused(e.to_string()))?;
+        let buffer = format!(
+            "fleetd-{}",
+            name.iter().map(|b| format!("{b:02x}")).collect::<String>()
+        );
+        self.run(
+            "load-buffer",
+            &["load-buffer", "-b", &buffer, "-"],
+            clean.text.as_bytes(),
+        )?;
+        let pasted = self.on_pane(
+            "paste-buffer",
+            pane,
+            &["paste-buffer", "-p", "-d", "-b", &buffer, "-t", &pane.0],
+            b"",
+        );
+        if pasted.is_err() {
+            let _ = self.run("delete-buffer", &["delete-buffer", "-b", &buffer], b"");
+        }
+        pasted?;
+        self.on_pane(
+            "send-keys",
+            pane,
+            &["send-keys", "-t", &pane.0, "Enter"],
+            b"",
+        )?;
+        Ok(())
+    }
+
+    fn read(&self, pane: &PaneId, lines: usize) -> Result<String, PaneError> {
+        let start = format!("-{}", lines.max(1));
+        self.on_pane(
+            "capture-pane",
+            pane,
+            &["capture-pane", "-p", "-J", "-t", &pane.0, "-S", &start],
+            b"",
+        )
+    }
+
+    fn state(&self, pane: &PaneId) -> Result<PaneState, PaneError> {
+        valid_pane(pane)?;
+        // `display-message -t` on a missing pane prints nothing and succeeds: list instead.
+        let out = self.run(
+            "list-panes",
+            &[
+                "list-panes",
+                "-a",
+                "-F",
+                "#{pane_id} #{pane_dead} #{pane_dead_status}",
+            ],
+            b"",
+        )?;
+        let line = out
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(pane.0.as_str()))
+            .ok_or_else(|| PaneError::NoPane(pane.clone()))?;
+        let mut fields = line.split_whitespace().skip(1);
+        match (fields.next(), fields.next()) {
+            (Some("1"), status) => Ok(PaneState::Exited(
+                status.and_then(|s| s.parse().ok()).unwrap_or(-1),
+            )),
+            _ => Ok(PaneState::Running),
+        }
+    }
+
+    fn close(&self, pane: &PaneId) -> Result<(), PaneError> {
+        self.on_pane("kill-pane", pane, &["kill-pane", "-t", &pane.0], b"")
+            .map(|_| ())
+    }
+
+    fn list(&self) -> Result<Vec<PaneId>, PaneError> {
+        let out = self.run("list-panes", &["list-panes", "-a", "-F", "#{pane_id}"], b"")?;
+        Ok(out
+            .lines()
+            .filter(|l| l.starts_with('%'))
+            .map(|l| PaneId(l.trim().to_owned()))
+            .collect())
+    }
+}
+
+/// A word in tmux's command language, single-quoted (no expansion inside), with `'` spliced as
+/// `'"'"'`. Line breaks and NUL cannot be carried safely: refused.
+fn quote(word: &str) -> Result<String, PaneError> {
+    if word.contains(['\n', '\r', '\0']) {
+        return Err(PaneError::Refused(
+            "a command word, path or environment value holds a line break or NUL".to_owned(),
+        ));
+    }
+    Ok(format!("'{}'", word.replace('\'', "'\"'\"'")))
+}
+
+fn path_text(path: &Path) -> Result<String, PaneError> {
+    path.to_str()
+        .map(str::to_owned)
+        .ok_or_else(|| PaneError::Refused("the working directory is not UTF-8".to_owned()))
+}
+
+/// Pane ids are `%` and digits: anything else never reaches a tmux target.
+fn valid_pane(pane: &PaneId) -> Result<(), PaneError> {
+    let digits = pane.0.strip_prefix('%').unwrap_or("");
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(PaneError::NoPane(pane.clone()));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_are_single_quoted_and_line_breaks_refused() {
+        assert_eq!(quote("plain").unwrap(), "'plain'");
+        assert_eq!(quote("it's $HOME").unwrap(), "'it'\"'\"'s $HOME'");
+        assert!(quote("two\nlines").is_err());
+        assert!(quote("nul\0").is_err());
+    }
+
+    #[test]
+    fn only_percent_digit_pane_ids_are_targets() {
+        assert!(valid_pane(&PaneId("%12".to_owned())).is_ok());
+        for bad in ["12", "%", "%1;kill-server", "main:0", "%1 "] {
+            assert!(valid_pane(&PaneId(bad.to_owned())).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,178 @@
+//! The tmux backend against a real, private tmux server (`tmux -L <unique name>`), started here
+//! the way the operator's unit starts it — never by fleetd.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "test code fails loudly"
+)]
+
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use fleetd::pane::tmux::{Socket, Tmux};
+use fleetd::pane::{Launch, Multiplexer, PaneError, PaneId, PaneState};
+
+/// A private tmux server, killed when dropped.
+struct Server(String);
+
+impl Server {
+    fn start() -> Server {
+        let name = format!(
+            "fleetd-test-{}-{}",
+            std::process::id(),
+            Instant::now().elapsed().as_nanos() ^ u128::from(rand_u32())
+        );
+        let started = Command::new("tmux")
+            .args(["-L", &name, "new-session", "-d", "-s", "keep", "sleep 600"])
+            .status()
+            .expect("tmux is needed for the pane tests (package tmux)");
+        assert!(started.success(), "cannot start a tmux server");
+        Server(name)
+    }
+
+    fn tmux(&self) -> Tmux {
+        Tmux::new(Socket::Name(self.0.clone()), "fleetd")
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["-L", &self.0, "kill-server"])
+            .status();
+    }
+}
+
+fn rand_u32() -> u32 {
+    let mut bytes = [0u8; 4];
+    getrandom::fill(&mut bytes).unwrap();
+    u32::from_le_bytes(bytes)
+}
+
+fn launch(argv: &[&str], env: &[(&str, &str)]) -> Launch {
+    Launch {
+        argv: argv.iter().map(|s| (*s).to_owned()).collect(),
+        cwd: std::env::temp_dir(),
+        env: env
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect::<BTreeMap<_, _>>(),
+    }
+}
+
+/// Waits until the pane shows `needle`; returns what it shows.
+fn wait_shown(tmux: &Tmux, pane: &PaneId, needle: &str) -> String {
+    let start = Instant::now();
+    loop {
+        let shown = tmux.read(pane, 50).unwrap();
+        if shown.contains(needle) {
+            return shown;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "pane never showed {needle:?}; it shows:\n{shown}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn every_command_line() -> String {
+    let mut all = String::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        if let Ok(bytes) = std::fs::read(entry.path().join("cmdline")) {
+            all.push_str(&String::from_utf8_lossy(&bytes));
+            all.push('\n');
+        }
+    }
+    all
+}
+
+#[test]
+fn a_pane_gets_its_environment_off_every_command_line_and_typed_text_neutralised() {
+    let server = Server::start();
+    let tmux = server.tmux();
+    let canary = format!("canary-{:08x}{:08x}", rand_u32(), rand_u32());
+    let pane = tmux
+        .launch(&launch(
+            &[
+                "sh",
+                "-c",
+                "echo ready:$TOKEN; while read -r line; do echo \"got:[$line]\"; done",
+            ],
+            &[("TOKEN", &canary), ("QUOTED", "it's $HOME; #{x}")],
+        ))
+        .unwrap();
+    assert!(pane.0.starts_with('%'), "{pane}");
+    wait_shown(&tmux, &pane, &format!("ready:{canary}"));
+    assert!(
+        !every_command_line().contains(&canary),
+        "the environment value appeared on a command line"
+    );
+    assert!(tmux.list().unwrap().contains(&pane));
+
+    // Escape sequences, a bracketed-paste terminator, NUL and a lone CR are taken out before
+    // anything is typed; the text arrives once, as one line.
+    tmux.send_text(
+        &pane,
+        "hello \u{1b}[31mred\u{1b}[0m \u{1b}[201~; echo pwned\0 \rworld",
+    )
+    .unwrap();
+    let shown = wait_shown(&tmux, &pane, "got:[hello red ; echo pwned world]");
+    assert_eq!(
+        shown.matches("got:[").count(),
+        1,
+        "typed exactly once:\n{shown}"
+    );
+    assert!(!shown.contains("\u{1b}"), "{shown}");
+    assert_eq!(tmux.state(&pane).unwrap(), PaneState::Running);
+
+    tmux.close(&pane).unwrap();
+    assert!(!tmux.list().unwrap().contains(&pane));
+    assert!(matches!(tmux.state(&pane), Err(PaneError::NoPane(_))));
+}
+
+#[test]
+fn an_exited_process_leaves_its_status_and_bad_requests_are_refused() {
+    let server = Server::start();
+    let tmux = server.tmux();
+    let pane = tmux.launch(&launch(&["sh", "-c", "exit 3"], &[])).unwrap();
+    let start = Instant::now();
+    loop {
+        match tmux.state(&pane).unwrap() {
+            PaneState::Exited(status) => {
+                assert_eq!(status, 3);
+                break;
+            }
+            PaneState::Running => {
+                assert!(start.elapsed() < Duration::from_secs(10), "never exited");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+    assert!(matches!(
+        tmux.launch(&launch(&[], &[])),
+        Err(PaneError::Refused(_))
+    ));
+    assert!(matches!(
+        tmux.launch(&launch(&["sh"], &[("A", "two\nlines")])),
+        Err(PaneError::Refused(_))
+    ));
+    assert!(matches!(
+        tmux.send_text(&PaneId("%1;kill-server".to_owned()), "x"),
+        Err(PaneError::NoPane(_))
+    ));
+    assert!(tmux.list().is_ok(), "the server is still there");
+}
+
+#[test]
+fn fleetd_never_starts_the_tmux_server_itself() {
+    let tmux = Tmux::new(
+        Socket::Name(format!("fleetd-test-absent-{}", rand_u32())),
+        "fleetd",
+    );
+    let error = tmux.launch(&launch(&["true"], &[])).unwrap_err();
+    assert!(error.to_string().contains("no tmux server runs"), "{error}");
+}
