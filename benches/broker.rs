@@ -194,7 +194,7 @@ async fn main() {
         Arc::clone(&receiver_state),
     )
     .unwrap();
-    let worker = receiver.open_agent("worker", "mailbox").unwrap();
+    let worker = receiver.open_agent("worker", "mailbox", None).unwrap();
     let inbox = topology::inbox_queue(&worker.to_string());
     topology::declare_bound_queue(
         &setup,

@@ -26,5 +26,6 @@ pub mod roster;
 pub mod route;
 pub mod scrub;
 pub mod secret;
+pub mod spawn;
 pub mod state;
 pub mod wire;

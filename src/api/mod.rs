@@ -26,6 +26,8 @@ pub const SOCKET: &str = "fleetd.sock";
 /// Largest request accepted.
 pub const MAX_REQUEST: usize = 64 * 1024;
 const TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest a request may take to answer: a spawn waits for its agent's readiness gate.
+const LONGEST: Duration = Duration::from_secs(300);
 const MAX_CLIENTS: usize = 16;
 
 /// What the API reads; each part is absent in single-host mode.
@@ -100,7 +102,7 @@ pub async fn serve(listener: UnixListener, state: ApiState, mut stop: watch::Rec
                     }
                     let state = state.clone();
                     tokio::spawn(async move {
-                        if let Err(error) = tokio::time::timeout(TIMEOUT, handle(stream, &state)).await {
+                        if let Err(error) = tokio::time::timeout(LONGEST, handle(stream, &state)).await {
                             debug!(%error, "local api request timed out");
                         }
                         drop(permit);
@@ -117,7 +119,12 @@ async fn handle(stream: UnixStream, state: &ApiState) {
     let (read, mut write) = stream.into_split();
     let mut line = Vec::new();
     let mut reader = BufReader::new(read).take(u64::try_from(MAX_REQUEST).unwrap_or(u64::MAX) + 1);
-    let reply = match reader.read_until(b'\n', &mut line).await {
+    let read = tokio::time::timeout(TIMEOUT, reader.read_until(b'\n', &mut line)).await;
+    let Ok(read) = read else {
+        debug!("local api request not received in time");
+        return;
+    };
+    let reply = match read {
         Ok(_) if line.len() > MAX_REQUEST => {
             json!({"error": format!("request larger than {MAX_REQUEST} bytes")})
         }
@@ -151,7 +158,7 @@ fn answer(request: &Value, state: &ApiState) -> Value {
             },
             None => json!({"error": "no roster in single-host mode"}),
         },
-        Some(op @ ("agent.open" | "send" | "held.pull" | "held.ack" | "delivery")) => {
+        Some(op @ ("agent.open" | "send" | "held.pull" | "held.ack" | "delivery" | "spawn")) => {
             match &state.router {
                 Some(router) => routed(op, request, router.as_ref()),
                 None => json!({"error": "no routing in single-host mode (configure a broker)"}),
@@ -199,6 +206,13 @@ fn routed(op: &str, request: &Value, router: &dyn Router) -> Value {
             }),
             None => Err("`id` must be a message id".to_owned()),
         },
+        "spawn" => {
+            let mut fields = request.clone();
+            if let Some(object) = fields.as_object_mut() {
+                object.remove("op");
+            }
+            router.spawn(&fields)
+        }
         _ => Err(format!("unknown op `{op}`")),
     };
     result.unwrap_or_else(|error| json!({"error": error}))
@@ -212,7 +226,12 @@ pub async fn request(runtime_dir: &Path, request: &Value) -> std::io::Result<Val
     stream.write_all(&bytes).await?;
     let mut line = Vec::new();
     let mut reader = BufReader::new(stream).take(16 * 1024 * 1024);
-    tokio::time::timeout(TIMEOUT, reader.read_until(b'\n', &mut line))
+    let wait = if request.get("op").and_then(Value::as_str) == Some("spawn") {
+        LONGEST
+    } else {
+        TIMEOUT
+    };
+    tokio::time::timeout(wait, reader.read_until(b'\n', &mut line))
         .await
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "no reply from fleetd"))??;
     serde_json::from_slice(&line)

@@ -48,6 +48,18 @@ pub(super) fn ask(
     out: &Output,
     render: fn(&Value) -> Vec<String>,
 ) -> ExitCode {
+    ask_with(config, request, json_out, out, render, |_| true)
+}
+
+/// [`ask`], exiting 1 also when `ok` says the reply reports a failure.
+pub(super) fn ask_with(
+    config: Option<&Path>,
+    request: Value,
+    json_out: bool,
+    out: &Output,
+    render: fn(&Value) -> Vec<String>,
+    ok: fn(&Value) -> bool,
+) -> ExitCode {
     let config = match Config::load(config) {
         Ok(config) => config,
         Err(error) => {
@@ -80,7 +92,7 @@ pub(super) fn ask(
             out.line(&line);
         }
     }
-    exit::code(exit::OK)
+    exit::code(if ok(&reply) { exit::OK } else { exit::FAILED })
 }
 
 pub(super) fn status(config: Option<&Path>, json_out: bool, out: &Output) -> ExitCode {
@@ -248,4 +260,77 @@ pub(super) fn agent(
             |reply| vec![reply["id"].as_str().unwrap_or("?").to_owned()],
         ),
     }
+}
+
+/// What `fleetd spawn` asks for.
+pub(super) struct SpawnArgs<'a> {
+    pub(super) profile: &'a str,
+    pub(super) host: Option<&'a str>,
+    pub(super) env: &'a [String],
+    pub(super) cwd: Option<&'a str>,
+    pub(super) label: Option<&'a str>,
+}
+
+pub(super) fn spawn(
+    config: Option<&Path>,
+    args: &SpawnArgs<'_>,
+    json_out: bool,
+    out: &Output,
+) -> ExitCode {
+    let mut env = serde_json::Map::new();
+    for pair in args.env {
+        let Some((name, value)) = pair.split_once('=') else {
+            out.note(&format!(
+                "error: `--env` takes NAME=VALUE, not `{name}`",
+                name = pair.split('=').next().unwrap_or("")
+            ));
+            return exit::code(exit::USAGE);
+        };
+        env.insert(name.to_owned(), Value::String(value.to_owned()));
+    }
+    if let Some(host) = args.host {
+        let here = Config::load(config).map(|c| c.host).unwrap_or_default();
+        if host != here {
+            out.note("error: not yet supported: spawning on another host (remote spawn requests arrive with the rest of issue 5)");
+            return exit::code(exit::FAILED);
+        }
+    }
+    let mut fields = serde_json::Map::new();
+    fields.insert("op".to_owned(), json!("spawn"));
+    fields.insert("profile".to_owned(), json!(args.profile));
+    fields.insert("env".to_owned(), Value::Object(env));
+    if let Some(cwd) = args.cwd {
+        fields.insert("cwd".to_owned(), json!(cwd));
+    }
+    if let Some(label) = args.label {
+        fields.insert("label".to_owned(), json!(label));
+    }
+    let request = Value::Object(fields);
+    ask_with(
+        config,
+        request,
+        json_out,
+        out,
+        |reply| {
+            let reasons = reply["reasons"]
+                .as_array()
+                .map(|r| {
+                    r.iter()
+                        .filter_map(Value::as_str)
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                })
+                .unwrap_or_default();
+            match reply["outcome"].as_str() {
+                Some("started") => vec![format!(
+                    "started {} (agent {})",
+                    reply["name"].as_str().unwrap_or("?"),
+                    reply["agent"].as_str().unwrap_or("?")
+                )],
+                Some(outcome) => vec![format!("{outcome}: {reasons}")],
+                None => vec![reply.to_string()],
+            }
+        },
+        |reply| reply["outcome"] == "started",
+    )
 }

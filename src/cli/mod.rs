@@ -112,6 +112,27 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Launch a profile through this host's spawn pipeline (policy, pane, readiness gate).
+    Spawn {
+        /// The profile.
+        #[arg(long)]
+        profile: String,
+        /// The host to launch on (only this host for now).
+        #[arg(long)]
+        host: Option<String>,
+        /// A variable the grant lets requests set (repeatable).
+        #[arg(long = "env", value_name = "NAME=VALUE")]
+        env: Vec<String>,
+        /// Working directory relative to the profile's first root.
+        #[arg(long)]
+        cwd: Option<String>,
+        /// The agent's name on this host.
+        #[arg(long)]
+        label: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Where a message sent from this host is: queued, delivered, acknowledged or failed.
     Delivery {
         /// The message id `fleetd send` printed.
@@ -199,6 +220,25 @@ pub fn main() -> ExitCode {
         } => local::send(
             cli.config.as_deref(),
             (to, text, from.as_deref()),
+            json,
+            &out,
+        ),
+        Command::Spawn {
+            ref profile,
+            ref host,
+            ref env,
+            ref cwd,
+            ref label,
+            json,
+        } => local::spawn(
+            cli.config.as_deref(),
+            &local::SpawnArgs {
+                profile,
+                host: host.as_deref(),
+                env,
+                cwd: cwd.as_deref(),
+                label: label.as_deref(),
+            },
             json,
             &out,
         ),

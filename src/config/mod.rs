@@ -101,6 +101,9 @@ pub struct Config {
     pub paths: Paths,
     /// The multiplexer backend.
     pub multiplexer: Multiplexer,
+    /// The tmux server's socket name (`tmux -L NAME`, `tmux_socket`, default `fleetd`); the
+    /// server runs on its own (deploy/fleetd-tmux@.service), never started by fleetd.
+    pub tmux_socket: String,
     /// Log format.
     pub log_format: LogFormat,
     /// Log filter (`info`, `fleetd=debug`, …).
@@ -179,6 +182,7 @@ impl Config {
             broker: BrokerSettings::default(),
             paths: default_paths(),
             multiplexer: Multiplexer::Tmux,
+            tmux_socket: "fleetd".to_owned(),
             log_format: LogFormat::Text,
             log_level: "info".to_owned(),
             secrets: Vec::new(),

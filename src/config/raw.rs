@@ -24,6 +24,7 @@ struct RawConfig {
     broker: Option<RawBroker>,
     paths: Option<RawPaths>,
     multiplexer: Option<Multiplexer>,
+    tmux_socket: Option<Spanned<String>>,
     log: Option<RawLog>,
     #[serde(default)]
     secrets: BTreeMap<Spanned<String>, RawSecret>,
@@ -244,6 +245,16 @@ fn check(raw: RawConfig, path: &Path, text: &str) -> Result<Config, Vec<Diagnost
             state: paths.state.unwrap_or(defaults.state),
             runtime: paths.runtime.unwrap_or(defaults.runtime),
         };
+    }
+    if let Some(socket) = raw.tmux_socket {
+        if !valid_label(socket.get_ref(), false) {
+            bad(
+                socket.span(),
+                "`tmux_socket` is a tmux socket name (`tmux -L NAME`: lowercase letters, digits, `_`, `-`)"
+                    .to_owned(),
+            );
+        }
+        config.tmux_socket = socket.into_inner();
     }
     if let Some(multiplexer) = raw.multiplexer {
         config.multiplexer = multiplexer;

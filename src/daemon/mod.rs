@@ -28,9 +28,11 @@ use crate::broker::link::Recorder;
 use crate::broker::link::{self, LinkSettings, LinkStatus, Presence};
 use crate::config::Config;
 use crate::config::HOST_KEY;
+use crate::pane::tmux::{Socket, Tmux};
 use crate::roster::{HostId, Roster};
 use crate::scrub::Scrubber;
 use crate::secret::{BROKER_URI, BrokerUri, Resolved, hardening_state};
+use crate::spawn::Spawner;
 use crate::state::{Limits, StateStore};
 use crate::wire::HostKey;
 
@@ -144,9 +146,18 @@ pub async fn run(
             link::announce(&courier, &roster);
             tasks.spawn(keep_roster(Arc::clone(&roster), stopped.clone()));
             api_state.roster = Some(Arc::clone(&roster));
+            let spawner = match config.multiplexer {
+                crate::config::Multiplexer::Tmux => Some(Arc::new(Spawner::new(Arc::new(
+                    Tmux::new(Socket::Name(config.tmux_socket.clone()), "fleetd"),
+                )))),
+                crate::config::Multiplexer::Herdr => None,
+            };
             api_state.router = Some(Arc::new(gateway::Gateway {
                 courier: Arc::clone(&courier),
                 roster: Arc::clone(&roster),
+                spawner,
+                policy: policy.clone(),
+                record: recorder(Arc::clone(&audit)),
             }));
             let presence = Arc::new(Presence {
                 roster,

@@ -50,6 +50,9 @@ pub trait Router: Send + Sync {
     fn ack(&self, id: Uuid) -> Result<bool, String>;
     /// The delivery state of a message this host sent.
     fn delivery(&self, id: Uuid) -> Result<Option<Value>, String>;
+    /// Runs the spawn pipeline for a request made on this host (`profile`, `env`, `cwd`,
+    /// `label`); the outcome with its reasons.
+    fn spawn(&self, request: &Value) -> Result<Value, String>;
 }
 
 #[cfg(test)]

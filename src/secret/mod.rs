@@ -179,6 +179,25 @@ pub fn resolve_all(specs: &[SecretSpec]) -> Result<Vec<Resolved>, ResolveError> 
     specs.iter().map(resolve).collect()
 }
 
+/// One secret from one named source (a profile's `credential:NAME` or `keyring:NAME`), for a
+/// pane's environment. `Ok(None)`: that source does not have it.
+pub fn lookup(from_keyring: bool, name: &SecretName) -> Result<Option<SecretString>, ResolveError> {
+    if from_keyring {
+        return match keyring::load(name.as_str()) {
+            Ok(value) => Ok(value),
+            Err(KeyringError::Unavailable(_)) => Ok(None),
+            Err(source) => Err(ResolveError::Keyring {
+                name: name.clone(),
+                source,
+            }),
+        };
+    }
+    match std::env::var_os(ENV_CREDENTIALS_DIRECTORY) {
+        Some(dir) => read_credential(name, &Path::new(&dir).join(name.as_str())),
+        None => Ok(None),
+    }
+}
+
 /// Resolves one secret from the first source that has it.
 pub fn resolve(spec: &SecretSpec) -> Result<Resolved, ResolveError> {
     let mut tried = Vec::new();

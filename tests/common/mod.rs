@@ -182,6 +182,18 @@ impl Host {
         admit: &[&str],
         peers: &[(&Host, &str)],
     ) -> (Child, mpsc::Receiver<String>) {
+        self.start_with(fleet, password, admit, peers, "")
+    }
+
+    /// [`Host::start`] with `top` prepended to the config (top-level keys).
+    pub fn start_with(
+        &self,
+        fleet: &str,
+        password: &str,
+        admit: &[&str],
+        peers: &[(&Host, &str)],
+        top: &str,
+    ) -> (Child, mpsc::Receiver<String>) {
         let admit: Vec<String> = admit.iter().map(|f| format!("\"{f}\"")).collect();
         let pins: String = peers
             .iter()
@@ -196,7 +208,7 @@ impl Host {
         std::fs::write(
             &config,
             format!(
-                "host = \"{}\"\nfleet = \"{fleet}\"\n[broker]\nuriEnv = \"FLEETD_T_URI\"\nbackoff_cap_secs = 2\nadmit = [{}]\n\
+                "{top}host = \"{}\"\nfleet = \"{fleet}\"\n[broker]\nuriEnv = \"FLEETD_T_URI\"\nbackoff_cap_secs = 2\nadmit = [{}]\n\
                  [roster]\nbeat_secs = 1\nsuspect_secs = 3\nreap_secs = 6\n[log]\nformat = \"json\"\n{pins}",
                 self.name,
                 admit.join(", "),

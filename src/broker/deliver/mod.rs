@@ -42,6 +42,9 @@ pub struct LocalAgent {
     pub profile: String,
     /// Registered at, Unix milliseconds.
     pub since_ms: i64,
+    /// Its pane on this host's multiplexer, if it runs in one (host-local, never announced).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pane: Option<String>,
 }
 
 /// A message held for a local agent, as `fleetd inbox pull` shows it.
@@ -139,7 +142,12 @@ impl Courier {
     }
 
     /// The local agent named `name`, registered (durably, with a new global id) if needed.
-    pub fn open_agent(&self, name: &str, profile: &str) -> Result<Uuid, CourierError> {
+    pub fn open_agent(
+        &self,
+        name: &str,
+        profile: &str,
+        pane: Option<&str>,
+    ) -> Result<Uuid, CourierError> {
         if name.is_empty()
             || name.len() > 64
             || !name
@@ -163,6 +171,7 @@ impl Courier {
             name: name.to_owned(),
             profile: profile.to_owned(),
             since_ms: now_ms(),
+            pane: pane.map(str::to_owned),
         };
         let bytes = serde_json::to_vec(&agent).map_err(|e| CourierError::Invalid(e.to_string()))?;
         self.state.agent_put(id, &bytes)?;

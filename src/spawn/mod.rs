@@ -1,0 +1,272 @@
+//! The spawn pipeline (DESIGN.md "Spawn"), the same for local and remote requests: the
+//! policy's decision (deny by default) → the pane spec from the profile → this host's secrets
+//! resolved into the pane's environment only → launch through the multiplexer → the readiness
+//! gate (the profile's pattern on pane output; a startup dialog is reported, not accepted,
+//! unless the profile says so) → started, refused or failed, each with its reasons.
+//!
+//! Registering the agent, announcing it and replying are the caller's (the daemon's) steps.
+//!
+//! Imports: `pane` (the multiplexer), `policy` (decision, spec), `secret` (the values).
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use secrecy::SecretString;
+
+use crate::pane::{Launch, Multiplexer, PaneId, PaneState};
+use crate::policy::{
+    Effect, PaneSpec, PolicySet, Request, RuleId, SecretRef, Usage, evaluate, pane_spec,
+};
+
+/// Lines of pane output the readiness gate looks at.
+const GATE_LINES: usize = 50;
+/// Phrases of startup dialogs that block an agent until someone answers.
+const DIALOGS: &[&str] = &[
+    "do you trust",
+    "trust the files",
+    "trust this folder",
+    "[y/n]",
+    "(y/n)",
+    "press enter to continue",
+];
+
+/// How a spawn ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Launched and ready.
+    Started {
+        /// Its pane (host-local).
+        pane: PaneId,
+        /// The profile.
+        profile: String,
+        /// The deciding grant(s).
+        rules: Vec<RuleId>,
+    },
+    /// The policy said no; nothing was launched.
+    Refused {
+        /// The deciding rule(s).
+        rules: Vec<RuleId>,
+        /// Why, one line each.
+        reasons: Vec<String>,
+    },
+    /// Allowed, but it could not be launched or did not become ready (its pane is closed).
+    Failed {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Resolves a profile's secret reference to its value on this host.
+pub type Secrets<'a> = &'a dyn Fn(&SecretRef) -> Result<SecretString, String>;
+
+/// One host's spawner: its multiplexer and what it launched (for the policy's limits).
+pub struct Spawner {
+    mux: Arc<dyn Multiplexer>,
+    running: Mutex<Vec<Instance>>,
+    recent: Mutex<VecDeque<(Instant, RuleId, String)>>,
+}
+
+#[derive(Clone, Debug)]
+struct Instance {
+    pane: PaneId,
+    profile: String,
+    grant: Option<RuleId>,
+    fleet: String,
+}
+
+impl Spawner {
+    /// A spawner launching through `mux`.
+    pub fn new(mux: Arc<dyn Multiplexer>) -> Spawner {
+        Spawner {
+            mux,
+            running: Mutex::new(Vec::new()),
+            recent: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    /// The multiplexer.
+    pub fn mux(&self) -> &Arc<dyn Multiplexer> {
+        &self.mux
+    }
+
+    /// Runs the pipeline for `request` under `policy` (blocking: the readiness gate waits).
+    pub fn spawn(&self, policy: &PolicySet, request: &Request, secrets: Secrets<'_>) -> Outcome {
+        self.forget_exited();
+        let decision = evaluate(policy, request, self);
+        if decision.effect != Effect::Allow {
+            return Outcome::Refused {
+                rules: decision.rules,
+                reasons: decision.reasons,
+            };
+        }
+        if let Some(grant) = decision.rules.first()
+            && let Ok(mut recent) = self.recent.lock()
+        {
+            recent.push_back((Instant::now(), grant.clone(), request.origin.fleet.clone()));
+            while recent.len() > 10_000 {
+                recent.pop_front();
+            }
+        }
+        let spec = match pane_spec(policy, request, &decision) {
+            Ok(spec) => spec,
+            Err(error) => {
+                return Outcome::Refused {
+                    rules: decision.rules,
+                    reasons: vec![error.to_string()],
+                };
+            }
+        };
+        let launch = match launch_of(&spec, secrets) {
+            Ok(launch) => launch,
+            Err(reason) => return Outcome::Failed { reason },
+        };
+        let pane = match self.mux.launch(&launch) {
+            Ok(pane) => pane,
+            Err(error) => {
+                return Outcome::Failed {
+                    reason: format!("launch: {error}"),
+                };
+            }
+        };
+        let Some(profile) = policy.profiles.get(&spec.profile) else {
+            let _ = self.mux.close(&pane);
+            return Outcome::Failed {
+                reason: format!("profile `{}` vanished", spec.profile),
+            };
+        };
+        if let Err(reason) = self.gate(&pane, profile) {
+            let _ = self.mux.close(&pane);
+            return Outcome::Failed { reason };
+        }
+        if let Ok(mut running) = self.running.lock() {
+            running.push(Instance {
+                pane: pane.clone(),
+                profile: spec.profile.clone(),
+                grant: decision.rules.first().cloned(),
+                fleet: request.origin.fleet.clone(),
+            });
+        }
+        Outcome::Started {
+            pane,
+            profile: spec.profile,
+            rules: decision.rules,
+        }
+    }
+
+    /// Waits until the pane shows the profile's ready pattern; fails on exit, on a startup
+    /// dialog (unless the profile accepts them: Enter, once each) or at the timeout.
+    fn gate(&self, pane: &PaneId, profile: &crate::policy::Profile) -> Result<(), String> {
+        let deadline = Instant::now() + profile.ready.timeout;
+        let mut accepted = 0;
+        loop {
+            if let PaneState::Exited(status) = self
+                .mux
+                .state(pane)
+                .map_err(|e| format!("readiness: {e}"))?
+            {
+                return Err(format!("exited with status {status} before it was ready"));
+            }
+            let shown = self
+                .mux
+                .read(pane, GATE_LINES)
+                .map_err(|e| format!("readiness: {e}"))?;
+            let ready = match &profile.ready.pattern {
+                Some(pattern) => shown.lines().any(|line| pattern.is_match(line)),
+                None => true,
+            };
+            if ready {
+                return Ok(());
+            }
+            if let Some(dialog) = dialog_line(&shown) {
+                if !profile.ready.accept_dialogs || accepted >= 3 {
+                    return Err(format!(
+                        "blocked by a startup dialog (not accepted by the profile): {dialog}"
+                    ));
+                }
+                accepted += 1;
+                self.mux
+                    .send_text(pane, "")
+                    .map_err(|e| format!("readiness: {e}"))?;
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "not ready within {:?} (no line matched the ready pattern)",
+                    profile.ready.timeout
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Drops instances whose pane is gone or exited.
+    fn forget_exited(&self) {
+        let Ok(mut running) = self.running.lock() else {
+            return;
+        };
+        running.retain(|i| matches!(self.mux.state(&i.pane), Ok(PaneState::Running)));
+    }
+}
+
+impl Usage for Spawner {
+    fn running(&self, profile: &str) -> u32 {
+        self.running.lock().map_or(0, |r| {
+            u32::try_from(r.iter().filter(|i| i.profile == profile).count()).unwrap_or(u32::MAX)
+        })
+    }
+
+    fn running_through(&self, grant: &RuleId, fleet: &str) -> u32 {
+        self.running.lock().map_or(0, |r| {
+            u32::try_from(
+                r.iter()
+                    .filter(|i| i.grant.as_ref() == Some(grant) && i.fleet == fleet)
+                    .count(),
+            )
+            .unwrap_or(u32::MAX)
+        })
+    }
+
+    fn recent_through(&self, grant: &RuleId, fleet: &str, window: Duration) -> u32 {
+        let since = Instant::now().checked_sub(window);
+        self.recent.lock().map_or(0, |r| {
+            u32::try_from(
+                r.iter()
+                    .filter(|(at, g, f)| {
+                        g == grant && f == fleet && since.is_none_or(|since| *at >= since)
+                    })
+                    .count(),
+            )
+            .unwrap_or(u32::MAX)
+        })
+    }
+}
+
+/// The launch for `spec`: its fixed and allowed environment plus this host's secrets.
+fn launch_of(spec: &PaneSpec, secrets: Secrets<'_>) -> Result<Launch, String> {
+    let mut env = spec.env.clone();
+    for (name, reference) in &spec.secrets {
+        let value = secrets(reference).map_err(|e| format!("secret for `{name}`: {e}"))?;
+        #[expect(
+            clippy::disallowed_methods,
+            reason = "the value goes only into the pane's environment"
+        )]
+        let plain = secrecy::ExposeSecret::expose_secret(&value).to_owned();
+        env.insert(name.clone(), plain);
+    }
+    Ok(Launch {
+        argv: spec.argv.clone(),
+        cwd: spec.cwd.clone(),
+        env,
+    })
+}
+
+/// The first line that looks like a startup dialog.
+fn dialog_line(shown: &str) -> Option<String> {
+    shown
+        .lines()
+        .find(|line| {
+            let lower = line.to_lowercase();
+            DIALOGS.iter().any(|d| lower.contains(d))
+        })
+        .map(|line| line.trim().chars().take(120).collect())
+}

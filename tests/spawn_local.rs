@@ -1,0 +1,236 @@
+//! The spawn pipeline end to end on this host: a running daemon, a real private tmux server
+//! (started here, as the operator's unit would), a policy directory and a canary secret in a
+//! credential file. `fleetd spawn` launches the granted profile, the readiness gate waits for its
+//! prompt, the agent is registered and in the roster, and the secret reaches the pane's
+//! environment only; an ungranted profile, a variable the grant does not allow and a startup
+//! dialog are each refused or failed with the reason, and audited.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    reason = "test code fails loudly"
+)]
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::{BIN, Fleets, Host, grants, nonce, wait_for};
+
+/// A private tmux server, killed when dropped.
+struct TmuxServer(String);
+
+impl Drop for TmuxServer {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["-L", &self.0, "kill-server"])
+            .status();
+    }
+}
+
+fn policy(host: &Host, fleet: &str) {
+    let dir = host.dir.join(".config/fleetd/policy");
+    std::fs::create_dir_all(&dir).unwrap();
+    let work = host.dir.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let agent = "echo token-length:${#TOKEN}; echo mode:$MODE; echo 'agent> ready'; \
+                 while read -r line; do echo \"got:[$line]\"; done";
+    let dialog = "echo 'Do you trust the files in this folder? (y/n)'; sleep 30";
+    std::fs::write(
+        dir.join("00-profiles.toml"),
+        format!(
+            r#"[profile.worker]
+description = "A scripted agent with a prompt."
+argv = ["/bin/sh", "-c", '''{agent}''']
+roots = ["{work}"]
+secrets = {{ TOKEN = "credential:worker-token" }}
+max_instances = 2
+
+[profile.worker.ready]
+pattern = "^agent> ready"
+timeout_secs = 15
+
+[profile.asks]
+description = "An agent that stops at a startup dialog."
+argv = ["/bin/sh", "-c", '''{dialog}''']
+roots = ["{work}"]
+max_instances = 1
+
+[profile.asks.ready]
+pattern = "^agent> ready"
+timeout_secs = 15
+
+[profile.maintenance]
+description = "Not granted to anyone."
+argv = ["/bin/sh"]
+roots = ["{work}"]
+max_instances = 1
+"#,
+            work = work.display()
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("10-grants.toml"),
+        format!(
+            r#"[[grant]]
+id = "local-workers"
+description = "This host's own primary."
+fleets = ["{fleet}"]
+hosts = ["{host}"]
+profiles = ["worker", "asks"]
+
+[grant.env.MODE]
+pattern = "fast|slow"
+max_len = 4
+"#,
+            host = host.name
+        ),
+    )
+    .unwrap();
+}
+
+fn spawn(host: &Host, args: &[&str]) -> (bool, String) {
+    let config = host.dir.join("fleetd.toml");
+    let mut full = vec!["--config", config.to_str().unwrap(), "spawn"];
+    full.extend_from_slice(args);
+    let out = Command::new(BIN)
+        .args(&full)
+        .env("HOME", &host.dir)
+        .env("XDG_RUNTIME_DIR", host.dir.join("run"))
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+fn pane_text(socket: &str) -> String {
+    let out = Command::new("tmux")
+        .args(["-L", socket, "list-panes", "-a", "-F", "#{pane_id}"])
+        .output()
+        .unwrap();
+    let mut all = String::new();
+    for pane in String::from_utf8_lossy(&out.stdout).lines() {
+        let shown = Command::new("tmux")
+            .args(["-L", socket, "capture-pane", "-p", "-t", pane])
+            .output()
+            .unwrap();
+        all.push_str(&String::from_utf8_lossy(&shown.stdout));
+    }
+    all
+}
+
+#[test]
+fn a_granted_profile_starts_ready_with_its_secret_and_refusals_carry_reasons() {
+    let nonce = nonce();
+    let fleet = format!("sp{nonce}");
+    let password = format!("PwSP{nonce}x");
+    let mut cleanup = Fleets::new(&[&fleet]);
+    grants(&fleet, &[], &password);
+    let root = tempfile::tempdir().unwrap();
+    let host = Host::new(root.path(), "h1");
+    let canary = format!("canary-token-{nonce:x}-zq");
+    std::fs::write(host.dir.join("credentials/worker-token"), &canary).unwrap();
+    policy(&host, &fleet);
+    let socket = format!("fleetd-spawn-{nonce}");
+    let started = Command::new("tmux")
+        .args([
+            "-L",
+            &socket,
+            "new-session",
+            "-d",
+            "-s",
+            "keep",
+            "sleep 600",
+        ])
+        .status()
+        .expect("tmux is needed (package tmux)");
+    assert!(started.success());
+    let _tmux = TmuxServer(socket.clone());
+    let (child, log) = host.start_with(
+        &fleet,
+        &password,
+        &[],
+        &[],
+        &format!("tmux_socket = \"{socket}\"\n"),
+    );
+    cleanup.children.push(child);
+    let mut seen = String::new();
+    wait_for(&log, &mut seen, &["fleetd ready"], Duration::from_secs(20));
+
+    let (ok, reply) = spawn(
+        &host,
+        &[
+            "--profile",
+            "worker",
+            "--label",
+            "w1",
+            "--env",
+            "MODE=fast",
+            "--json",
+        ],
+    );
+    assert!(ok, "{reply}");
+    let reply: serde_json::Value = serde_json::from_str(&reply).unwrap();
+    assert_eq!(reply["outcome"], "started", "{reply}");
+    let agent = reply["agent"].as_str().unwrap().to_owned();
+    let shown = pane_text(&socket);
+    assert!(
+        shown.contains(&format!("token-length:{}", canary.len())) && shown.contains("mode:fast"),
+        "the secret and the allowed variable reach the pane: {shown}"
+    );
+    let roster = host.api(&serde_json::json!({"op": "roster"})).to_string();
+    assert!(roster.contains(&agent) && roster.contains("w1"), "{roster}");
+
+    let (ok, refused) = spawn(&host, &["--profile", "maintenance"]);
+    assert!(!ok, "{refused}");
+    assert!(
+        refused.contains("refused: no grant admits origin") && refused.contains("maintenance"),
+        "{refused}"
+    );
+    let (ok, refused) = spawn(&host, &["--profile", "worker", "--env", "MODE=rm;x"]);
+    assert!(
+        !ok && refused.contains("refused") && refused.contains("MODE"),
+        "{refused}"
+    );
+    let (ok, refused) = spawn(
+        &host,
+        &["--profile", "worker", "--env", "LD_PRELOAD=/tmp/x.so"],
+    );
+    assert!(!ok && refused.contains("refused"), "{refused}");
+    let (ok, failed) = spawn(&host, &["--profile", "asks"]);
+    assert!(
+        !ok && failed.contains("failed") && failed.contains("startup dialog"),
+        "{failed}"
+    );
+
+    let audit = std::fs::read_to_string(host.state_dir().join("audit.jsonl")).unwrap();
+    for event in ["spawn.started", "spawn.refused", "spawn.failed"] {
+        assert!(audit.contains(event), "{event} on record: {audit}");
+    }
+    while let Ok(line) = log.try_recv() {
+        seen.push_str(&line);
+    }
+    for (place, text) in [
+        ("log", &seen),
+        ("audit", &audit),
+        ("reply", &reply.to_string()),
+    ] {
+        assert!(!text.contains(&canary), "the secret reached the {place}");
+    }
+    host.cli(&[
+        "audit",
+        "verify",
+        "--file",
+        host.state_dir().join("audit.jsonl").to_str().unwrap(),
+    ]);
+}
