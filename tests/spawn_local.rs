@@ -3,7 +3,9 @@
 //! credential file. `fleetd spawn` launches the granted profile, the readiness gate waits for its
 //! prompt, the agent is registered and in the roster, and the secret reaches the pane's
 //! environment only; an ungranted profile, a variable the grant does not allow and a startup
-//! dialog are each refused or failed with the reason, and audited.
+//! dialog are each refused or failed with the reason, and audited. A message sent to the agent is
+//! typed into its pane exactly once (escape sequences removed, a secret redacted), then reported
+//! delivered.
 
 #![allow(
     clippy::unwrap_used,
@@ -37,7 +39,8 @@ fn policy(host: &Host, fleet: &str) {
     let work = host.dir.join("work");
     std::fs::create_dir_all(&work).unwrap();
     let agent = "echo token-length:${#TOKEN}; echo mode:$MODE; echo 'agent> ready'; \
-                 while read -r line; do echo \"got:[$line]\"; done";
+                 while read -r line; do echo \"got:[$line]\"; \
+                 case \"$line\" in *please-ask*) echo 'Allow this command? (y/n)';; esac; done";
     let dialog = "echo 'Do you trust the files in this folder? (y/n)'; sleep 30";
     std::fs::write(
         dir.join("00-profiles.toml"),
@@ -121,7 +124,7 @@ fn pane_text(socket: &str) -> String {
     let mut all = String::new();
     for pane in String::from_utf8_lossy(&out.stdout).lines() {
         let shown = Command::new("tmux")
-            .args(["-L", socket, "capture-pane", "-p", "-t", pane])
+            .args(["-L", socket, "capture-pane", "-p", "-J", "-t", pane])
             .output()
             .unwrap();
         all.push_str(&String::from_utf8_lossy(&shown.stdout));
@@ -191,6 +194,37 @@ fn a_granted_profile_starts_ready_with_its_secret_and_refusals_carry_reasons() {
     let roster = host.api(&serde_json::json!({"op": "roster"})).to_string();
     assert!(roster.contains(&agent) && roster.contains("w1"), "{roster}");
 
+    // A message for the agent is typed into its pane once — escape sequences taken out, a
+    // registered secret redacted — and only then reported delivered.
+    let primary = host.open_agent("primary");
+    let (id, route) = host.send(
+        &agent,
+        &primary,
+        &format!("hello \u{1b}[31mthere\u{1b}[0m, the key is {canary}"),
+    );
+    assert_eq!(route, "local");
+    host.wait_delivery(&id, "delivered");
+    let shown = pane_text(&socket);
+    let typed: Vec<&str> = shown.lines().filter(|l| l.contains("got:[")).collect();
+    assert_eq!(typed.len(), 1, "typed exactly once: {shown}");
+    assert!(
+        typed[0].contains(&format!(
+            "[fleetd: from {fleet}/h1 agent {primary}] hello there, the key is"
+        )),
+        "{shown}"
+    );
+    assert!(!shown.contains(&canary), "the secret was typed: {shown}");
+    assert!(host.held(&agent).is_empty(), "nothing left held");
+
+    // The agent stops at a permission prompt: the next message is not typed; it stays held.
+    let (asking, _) = host.send(&agent, &primary, "please-ask");
+    host.wait_delivery(&asking, "delivered");
+    let (waiting, _) = host.send(&agent, &primary, "second task");
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(host.delivery(&waiting)["state"], "queued");
+    assert_eq!(host.held(&agent).len(), 1, "held while the prompt waits");
+    assert!(!pane_text(&socket).contains("second task"));
+
     let (ok, refused) = spawn(&host, &["--profile", "maintenance"]);
     assert!(!ok, "{refused}");
     assert!(
@@ -214,7 +248,13 @@ fn a_granted_profile_starts_ready_with_its_secret_and_refusals_carry_reasons() {
     );
 
     let audit = std::fs::read_to_string(host.state_dir().join("audit.jsonl")).unwrap();
-    for event in ["spawn.started", "spawn.refused", "spawn.failed"] {
+    for event in [
+        "spawn.started",
+        "spawn.refused",
+        "spawn.failed",
+        "message.injected",
+        "message.blocked",
+    ] {
         assert!(audit.contains(event), "{event} on record: {audit}");
     }
     while let Ok(line) = log.try_recv() {

@@ -29,6 +29,8 @@ pub struct Gateway {
     pub policy: PolicyHandle,
     /// Where decisions are recorded.
     pub record: Recorder,
+    /// Every output path's redactor: secrets resolved for panes are registered with it.
+    pub scrubber: crate::scrub::Scrubber,
 }
 
 impl Router for Gateway {
@@ -95,7 +97,13 @@ impl Router for Gateway {
         }
         let request = Request::from_value(&with_origin).map_err(|e| e.to_string())?;
         let policy = self.policy.current();
-        let outcome = spawner.spawn(&policy, &request, &secret_value);
+        let resolve = |reference: &SecretRef| {
+            let value = secret_value(reference)?;
+            // From now on no log line, audit record or reply can carry it.
+            let _ = self.scrubber.register(&reference.to_string(), &value);
+            Ok(value)
+        };
+        let outcome = spawner.spawn(&policy, &request, &resolve);
         let detail = json!({
             "origin": {"fleet": request.origin.fleet, "host": request.origin.host},
             "profile": request.profile,

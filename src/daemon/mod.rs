@@ -9,6 +9,7 @@
 //! Imports: everything below `cli`.
 
 pub mod gateway;
+pub mod inject;
 pub mod log;
 pub mod policy;
 
@@ -152,12 +153,22 @@ pub async fn run(
                 )))),
                 crate::config::Multiplexer::Herdr => None,
             };
+            if let Some(spawner) = &spawner {
+                tasks.spawn(inject::run(
+                    Arc::clone(&courier),
+                    Arc::clone(spawner.mux()),
+                    scrubber.clone(),
+                    recorder(Arc::clone(&audit)),
+                    stopped.clone(),
+                ));
+            }
             api_state.router = Some(Arc::new(gateway::Gateway {
                 courier: Arc::clone(&courier),
                 roster: Arc::clone(&roster),
                 spawner,
                 policy: policy.clone(),
                 record: recorder(Arc::clone(&audit)),
+                scrubber: scrubber.clone(),
             }));
             let presence = Arc::new(Presence {
                 roster,

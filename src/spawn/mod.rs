@@ -261,7 +261,7 @@ fn launch_of(spec: &PaneSpec, secrets: Secrets<'_>) -> Result<Launch, String> {
 }
 
 /// The first line that looks like a startup dialog.
-fn dialog_line(shown: &str) -> Option<String> {
+pub fn dialog_line(shown: &str) -> Option<String> {
     shown
         .lines()
         .find(|line| {

@@ -108,7 +108,8 @@ impl Courier {
         match payload {
             Payload::AgentMessage(m) if self.is_local(m.to) => {
                 plan.hold = Some(encode(&self.held_record(&plan.meta, Some(m.to), &m)));
-                if !from_me {
+                // A pane agent's message is delivered when it is typed (the injector's receipt).
+                if !from_me && self.pane_of(m.to).is_none() {
                     plan.outbox = Some(self.receipt(
                         plan.meta.origin.clone(),
                         plan.meta.id,

@@ -194,6 +194,41 @@ impl Courier {
         self.agents.read().is_ok_and(|a| a.contains_key(&id))
     }
 
+    /// The pane of local agent `id`, if it runs in one.
+    pub fn pane_of(&self, id: Uuid) -> Option<String> {
+        self.agents
+            .read()
+            .ok()
+            .and_then(|a| a.get(&id).and_then(|agent| agent.pane.clone()))
+    }
+
+    /// A held message was typed into its agent's pane: it leaves the held store and its sender
+    /// learns it was delivered (a receipt, or this host's own record), in one transaction.
+    pub fn injected(&self, id: Uuid) -> Result<bool, CourierError> {
+        let Some(bytes) = self.state.held_get(id)? else {
+            return Ok(false);
+        };
+        let Ok(held) = serde_json::from_slice::<Held>(&bytes) else {
+            return Ok(self.state.held_ack_with(id, None, None)?);
+        };
+        if held.origin == self.me() {
+            let moved = self
+                .state
+                .delivery_get(id)?
+                .and_then(|b| Tracked::decode(&b))
+                .map(|t| t.moved(DeliveryState::Delivered, None, now_ms()).encode());
+            return Ok(self
+                .state
+                .held_ack_with(id, None, moved.as_deref().map(|m| (id, m)))?);
+        }
+        let receipt = self.receipt(held.origin, id, DeliveryState::Delivered, None);
+        let done = self
+            .state
+            .held_ack_with(id, Some((receipt.0, receipt.1.as_slice())), None)?;
+        self.outbox_ready.notify_one();
+        Ok(done)
+    }
+
     /// Where an envelope for `dest` (agent `agent`, if it is for one) is published: an agent of
     /// this fleet through its inbox; a gateway of this fleet through `fleet.ctl`; anything in
     /// another fleet through that fleet's `x.in.OWN`, to the owning gateway's control queue.
@@ -309,7 +344,12 @@ impl Courier {
         let tracked = Tracked {
             to,
             dest: self.me(),
-            state: DeliveryState::Delivered,
+            // A pane agent's message is delivered when it is typed.
+            state: if self.pane_of(to).is_some() {
+                DeliveryState::Queued
+            } else {
+                DeliveryState::Delivered
+            },
             in_broker: false,
             reason: None,
             at_ms: now,
