@@ -266,6 +266,7 @@ pub(super) fn agent(
 pub(super) struct SpawnArgs<'a> {
     pub(super) profile: &'a str,
     pub(super) host: Option<&'a str>,
+    pub(super) fleet: Option<&'a str>,
     pub(super) env: &'a [String],
     pub(super) cwd: Option<&'a str>,
     pub(super) label: Option<&'a str>,
@@ -288,13 +289,6 @@ pub(super) fn spawn(
         };
         env.insert(name.to_owned(), Value::String(value.to_owned()));
     }
-    if let Some(host) = args.host {
-        let here = Config::load(config).map(|c| c.host).unwrap_or_default();
-        if host != here {
-            out.note("error: not yet supported: spawning on another host (remote spawn requests arrive with the rest of issue 5)");
-            return exit::code(exit::FAILED);
-        }
-    }
     let mut fields = serde_json::Map::new();
     fields.insert("op".to_owned(), json!("spawn"));
     fields.insert("profile".to_owned(), json!(args.profile));
@@ -304,6 +298,12 @@ pub(super) fn spawn(
     }
     if let Some(label) = args.label {
         fields.insert("label".to_owned(), json!(label));
+    }
+    if let Some(host) = args.host {
+        fields.insert("host".to_owned(), json!(host));
+    }
+    if let Some(fleet) = args.fleet {
+        fields.insert("fleet".to_owned(), json!(fleet));
     }
     let request = Value::Object(fields);
     ask_with(

@@ -117,9 +117,13 @@ pub enum Command {
         /// The profile.
         #[arg(long)]
         profile: String,
-        /// The host to launch on (only this host for now).
+        /// The host to launch on (default: this one); another host gets a signed spawn request
+        /// over the broker and its policy decides.
         #[arg(long)]
         host: Option<String>,
+        /// That host's fleet (when the roster alone does not tell).
+        #[arg(long)]
+        fleet: Option<String>,
         /// A variable the grant lets requests set (repeatable).
         #[arg(long = "env", value_name = "NAME=VALUE")]
         env: Vec<String>,
@@ -226,6 +230,7 @@ pub fn main() -> ExitCode {
         Command::Spawn {
             ref profile,
             ref host,
+            ref fleet,
             ref env,
             ref cwd,
             ref label,
@@ -235,6 +240,7 @@ pub fn main() -> ExitCode {
             &local::SpawnArgs {
                 profile,
                 host: host.as_deref(),
+                fleet: fleet.as_deref(),
                 env,
                 cwd: cwd.as_deref(),
                 label: label.as_deref(),

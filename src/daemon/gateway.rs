@@ -15,6 +15,7 @@ use crate::route::{self, Route, Router};
 use crate::secret::{SecretName, lookup};
 use crate::spawn::{Outcome, Spawner};
 use crate::wire::{MAX_TEXT, Party};
+use crate::wire::{SpawnOutcome, SpawnReply, SpawnRequest};
 use secrecy::SecretString;
 
 /// The gateway of one host.
@@ -81,21 +82,61 @@ impl Router for Gateway {
     }
 
     fn spawn(&self, request: &Value) -> Result<Value, String> {
+        let me = self.courier.me();
+        let mut fields = request.as_object().cloned().unwrap_or_default();
+        let host = fields
+            .remove("host")
+            .and_then(|h| h.as_str().map(str::to_owned));
+        let fleet = fields
+            .remove("fleet")
+            .and_then(|f| f.as_str().map(str::to_owned));
+        match host {
+            Some(host) if host != me.host || fleet.as_ref().is_some_and(|f| *f != me.fleet) => {
+                self.spawn_remote(&host, fleet, &Value::Object(fields))
+            }
+            _ => {
+                fields.insert(
+                    "origin".to_owned(),
+                    json!({"fleet": me.fleet, "host": me.host}),
+                );
+                let request =
+                    Request::from_value(&Value::Object(fields)).map_err(|e| e.to_string())?;
+                let (reply, name) = self.run_spawn(&request, None)?;
+                let mut answer = serde_json::to_value(&reply).unwrap_or(Value::Null);
+                if let Some(object) = answer.as_object_mut() {
+                    object.remove("v");
+                    object.remove("request");
+                    if let Some(name) = name {
+                        object.insert("name".to_owned(), json!(name));
+                    }
+                }
+                Ok(answer)
+            }
+        }
+    }
+
+    fn delivery(&self, id: Uuid) -> Result<Option<Value>, String> {
+        let tracked = self.courier.delivery(id).map_err(|e| e.to_string())?;
+        Ok(tracked.map(|t| json!(t)))
+    }
+}
+
+impl Gateway {
+    /// Runs the spawn pipeline for `request` (its origin already authenticated), registers and
+    /// announces a started agent, and audits the outcome. Returns the reply and, when started,
+    /// the agent's name. `message` is the spawn request's message id, when it came over the
+    /// broker.
+    pub fn run_spawn(
+        &self,
+        request: &Request,
+        message: Option<Uuid>,
+    ) -> Result<(SpawnReply, Option<String>), String> {
         let Some(spawner) = &self.spawner else {
             return Err(
                 "not yet supported: spawning through herdr (use `multiplexer = \"tmux\"`)"
                     .to_owned(),
             );
         };
-        let me = self.courier.me();
-        let mut with_origin = request.clone();
-        if let Some(fields) = with_origin.as_object_mut() {
-            fields.insert(
-                "origin".to_owned(),
-                json!({"fleet": me.fleet, "host": me.host}),
-            );
-        }
-        let request = Request::from_value(&with_origin).map_err(|e| e.to_string())?;
         let policy = self.policy.current();
         let resolve = |reference: &SecretRef| {
             let value = secret_value(reference)?;
@@ -103,52 +144,208 @@ impl Router for Gateway {
             let _ = self.scrubber.register(&reference.to_string(), &value);
             Ok(value)
         };
-        let outcome = spawner.spawn(&policy, &request, &resolve);
-        let detail = json!({
-            "origin": {"fleet": request.origin.fleet, "host": request.origin.host},
-            "profile": request.profile,
-            "env": request.env.keys().collect::<Vec<_>>(),
-        });
-        let (event, reply) = match outcome {
+        let outcome = spawner.spawn(&policy, request, &resolve);
+        let mut reply = SpawnReply {
+            v: crate::wire::VERSION,
+            request: message.unwrap_or_default(),
+            outcome: SpawnOutcome::Failed,
+            agent: None,
+            reasons: Vec::new(),
+        };
+        let mut name = None;
+        let mut rules_decided = Vec::new();
+        let event = match outcome {
             Outcome::Started {
                 pane,
                 profile,
                 rules,
             } => {
-                let name = request
+                let agent_name = request
                     .label
                     .clone()
                     .unwrap_or_else(|| format!("{profile}-{}", pane.0.trim_start_matches('%')));
                 let id = self
                     .courier
-                    .open_agent(&name, &profile, Some(&pane.0))
+                    .open_agent(&agent_name, &profile, Some(&pane.0))
                     .map_err(|e| e.to_string())?;
                 crate::broker::link::announce(&self.courier, &self.roster);
-                (
-                    "spawn.started",
-                    json!({"outcome": "started", "agent": id.to_string(), "name": name, "rules": rules}),
-                )
+                reply.outcome = SpawnOutcome::Started;
+                reply.agent = Some(id);
+                name = Some(agent_name);
+                rules_decided = rules;
+                "spawn.started"
             }
-            Outcome::Refused { rules, reasons } => (
-                "spawn.refused",
-                json!({"outcome": "refused", "rules": rules, "reasons": reasons}),
-            ),
-            Outcome::Failed { reason } => (
-                "spawn.failed",
-                json!({"outcome": "failed", "reasons": [reason]}),
-            ),
+            Outcome::Refused { rules, reasons } => {
+                reply.outcome = SpawnOutcome::Refused;
+                reply.reasons = reasons;
+                rules_decided = rules;
+                "spawn.refused"
+            }
+            Outcome::Failed { reason } => {
+                reply.reasons = vec![reason];
+                "spawn.failed"
+            }
         };
-        let mut record = detail;
-        if let (Some(fields), Some(result)) = (record.as_object_mut(), reply.as_object()) {
-            fields.extend(result.clone());
-        }
-        (self.record)(&[(event, record)]);
-        Ok(reply)
+        (self.record)(&[(
+            event,
+            json!({
+                "request": message.map(|m| m.to_string()),
+                "origin": {"fleet": request.origin.fleet, "host": request.origin.host},
+                "profile": request.profile,
+                "env": request.env.keys().collect::<Vec<_>>(),
+                "outcome": reply.outcome,
+                "agent": reply.agent.map(|a| a.to_string()),
+                "rules": rules_decided,
+                "reasons": reply.reasons,
+            }),
+        )]);
+        Ok((reply, name))
     }
 
-    fn delivery(&self, id: Uuid) -> Result<Option<Value>, String> {
-        let tracked = self.courier.delivery(id).map_err(|e| e.to_string())?;
-        Ok(tracked.map(|t| json!(t)))
+    /// Asks gateway `host` (of `fleet`, or the fleet the roster places it in) to spawn, and waits
+    /// for its reply (up to the API's spawn limit).
+    fn spawn_remote(
+        &self,
+        host: &str,
+        fleet: Option<String>,
+        fields: &Value,
+    ) -> Result<Value, String> {
+        let fleet = match fleet {
+            Some(fleet) => fleet,
+            None => {
+                let rows = self.roster.lock().map(|r| r.view()).unwrap_or_default();
+                let mut fleets: Vec<String> = rows
+                    .into_iter()
+                    .filter(|r| r.host == host)
+                    .map(|r| r.fleet)
+                    .collect();
+                fleets.dedup();
+                match fleets.as_slice() {
+                    [one] => one.clone(),
+                    [] => {
+                        return Err(format!(
+                            "host `{host}` is not in the roster (give `--fleet`)"
+                        ));
+                    }
+                    _ => {
+                        return Err(format!(
+                            "host `{host}` is in several fleets: give `--fleet`"
+                        ));
+                    }
+                }
+            }
+        };
+        let request: SpawnRequest = serde_json::from_value(json!({
+            "v": crate::wire::VERSION,
+            "profile": fields.get("profile").cloned().unwrap_or(Value::Null),
+            "env": fields.get("env").cloned().unwrap_or_else(|| json!({})),
+            "cwd": fields.get("cwd").cloned(),
+            "label": fields.get("label").cloned(),
+        }))
+        .map_err(|e| format!("spawn request: {e}"))?;
+        let id = self
+            .courier
+            .request_spawn(
+                Party {
+                    fleet: fleet.clone(),
+                    host: host.to_owned(),
+                },
+                request,
+            )
+            .map_err(|e| e.to_string())?;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(290);
+        loop {
+            if let Some((_, reply)) = self
+                .courier
+                .take_spawn_reply(id)
+                .map_err(|e| e.to_string())?
+            {
+                return Ok(json!({
+                    "outcome": reply.outcome,
+                    "agent": reply.agent.map(|a| a.to_string()),
+                    "reasons": reply.reasons,
+                    "host": host,
+                    "fleet": fleet,
+                    "request": id.to_string(),
+                }));
+            }
+            if std::time::Instant::now() > deadline {
+                return Err(format!(
+                    "no reply from `{host}` to spawn request {id}; it may still answer (`fleetd inbox pull`)"
+                ));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    }
+
+    /// Runs every spawn request from another host waiting in the held store, and replies.
+    fn serve_spawn_requests(&self) {
+        let Ok(waiting) = self.courier.spawn_requests() else {
+            return;
+        };
+        for (held, body) in waiting {
+            let mut fields = serde_json::Map::new();
+            fields.insert(
+                "origin".to_owned(),
+                json!({"fleet": held.origin.fleet, "host": held.origin.host}),
+            );
+            fields.insert("profile".to_owned(), json!(body.profile));
+            fields.insert("env".to_owned(), json!(body.env));
+            if let Some(cwd) = &body.cwd {
+                fields.insert("cwd".to_owned(), json!(cwd));
+            }
+            if let Some(label) = &body.label {
+                fields.insert("label".to_owned(), json!(label));
+            }
+            let request = Request::from_value(&Value::Object(fields));
+            let reply = match request {
+                Ok(request) => match self.run_spawn(&request, Some(held.id)) {
+                    Ok((reply, _)) => reply,
+                    Err(reason) => failed_reply(held.id, reason),
+                },
+                Err(error) => {
+                    let reply = SpawnReply {
+                        v: crate::wire::VERSION,
+                        request: held.id,
+                        outcome: SpawnOutcome::Refused,
+                        agent: None,
+                        reasons: vec![error.to_string()],
+                    };
+                    (self.record)(&[(
+                        "spawn.refused",
+                        json!({"request": held.id.to_string(), "origin": {"fleet": held.origin.fleet, "host": held.origin.host}, "reasons": reply.reasons}),
+                    )]);
+                    reply
+                }
+            };
+            if let Err(error) = self.courier.answer_spawn(&held, &reply) {
+                tracing::warn!(%error, "cannot queue a spawn reply; the request stays held");
+            }
+        }
+    }
+}
+
+fn failed_reply(request: Uuid, reason: String) -> SpawnReply {
+    SpawnReply {
+        v: crate::wire::VERSION,
+        request,
+        outcome: SpawnOutcome::Failed,
+        agent: None,
+        reasons: vec![reason],
+    }
+}
+
+/// Serves spawn requests from other hosts until `stop` turns true (one at a time: each waits
+/// for its readiness gate).
+pub async fn serve_spawns(gateway: Arc<Gateway>, mut stop: tokio::sync::watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(250));
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.changed() => return,
+        }
+        let gateway = Arc::clone(&gateway);
+        let _ = tokio::task::spawn_blocking(move || gateway.serve_spawn_requests()).await;
     }
 }
 

@@ -162,14 +162,16 @@ pub async fn run(
                     stopped.clone(),
                 ));
             }
-            api_state.router = Some(Arc::new(gateway::Gateway {
+            let gateway = Arc::new(gateway::Gateway {
                 courier: Arc::clone(&courier),
                 roster: Arc::clone(&roster),
                 spawner,
                 policy: policy.clone(),
                 record: recorder(Arc::clone(&audit)),
                 scrubber: scrubber.clone(),
-            }));
+            });
+            tasks.spawn(gateway::serve_spawns(Arc::clone(&gateway), stopped.clone()));
+            api_state.router = Some(gateway);
             let presence = Arc::new(Presence {
                 roster,
                 key,

@@ -8,9 +8,7 @@ use uuid::Uuid;
 use super::{Courier, Held, encode, now_ms};
 use crate::broker::inbound::{Inbound, InboundRefusal};
 use crate::state::{Incoming, Taken};
-use crate::wire::{
-    self, AgentMessage, DeliveryState, Meta, Payload, SpawnOutcome, SpawnReply, Tracked,
-};
+use crate::wire::{AgentMessage, DeliveryState, Meta, Payload, Tracked};
 
 impl Courier {
     /// Takes a window of deliveries in: each is verified; the accepted ones are recorded, held and
@@ -147,18 +145,18 @@ impl Courier {
                 }
             }
             Payload::SpawnRequest(r) => {
-                plan.event = "spawn.failed";
-                let reason = "not yet supported: spawn requests (issue 5)".to_owned();
+                // Held durably for the daemon's spawn worker, which runs the pipeline with the
+                // authenticated origin and replies.
+                plan.event = "spawn.received";
                 plan.note("profile", json!(r.profile));
-                plan.note("reason", json!(reason));
-                let reply = Payload::SpawnReply(SpawnReply {
-                    v: wire::VERSION,
-                    request: plan.meta.id,
-                    outcome: SpawnOutcome::Failed,
-                    agent: None,
-                    reasons: vec![reason],
-                });
-                plan.outbox = Some(self.to_gateway(plan.meta.origin.clone(), &reply));
+                plan.hold = Some(encode(&Held {
+                    id: plan.meta.id,
+                    kind: plan.meta.kind.as_str().to_owned(),
+                    origin: plan.meta.origin.clone(),
+                    to: None,
+                    created_ms: plan.meta.created_ms,
+                    body: serde_json::to_value(&r).unwrap_or(Value::Null),
+                }));
             }
             Payload::SpawnReply(r) => {
                 plan.hold = Some(encode(&Held {

@@ -25,7 +25,7 @@ use super::topology::{CTL_EXCHANGE, INBOX_EXCHANGE, ingress_exchange};
 use crate::state::{Incoming, StateError, StateStore, Taken};
 use crate::wire::{
     self, AgentMessage, DeliveryReceipt, DeliveryState, HostKey, Kind, Meta, Party, Payload,
-    Sealed, Tracked,
+    Sealed, SpawnReply, SpawnRequest, Tracked,
 };
 
 /// How long an envelope stays valid: long enough to outlast a broker outage in the outbox.
@@ -380,9 +380,67 @@ impl Courier {
             .held_list(scan)?
             .into_iter()
             .filter_map(|(_, bytes)| serde_json::from_slice::<Held>(&bytes).ok())
+            .filter(|h| h.kind != Kind::SpawnRequest.as_str())
             .filter(|h| to.is_none() || h.to == to)
             .take(limit)
             .collect())
+    }
+
+    /// Spawn requests from other hosts waiting for the spawn worker, oldest first.
+    pub fn spawn_requests(&self) -> Result<Vec<(Held, SpawnRequest)>, StateError> {
+        Ok(self
+            .state
+            .held_list(usize::MAX)?
+            .into_iter()
+            .filter_map(|(_, bytes)| serde_json::from_slice::<Held>(&bytes).ok())
+            .filter(|h| h.kind == Kind::SpawnRequest.as_str())
+            .filter_map(|h| {
+                let request = serde_json::from_value(h.body.clone()).ok()?;
+                Some((h, request))
+            })
+            .collect())
+    }
+
+    /// Answers a held spawn request: the reply goes to the requesting gateway and the request
+    /// leaves the held store, in one transaction.
+    pub fn answer_spawn(&self, request: &Held, reply: &SpawnReply) -> Result<(), CourierError> {
+        let (id, record) =
+            self.to_gateway(request.origin.clone(), &Payload::SpawnReply(reply.clone()));
+        self.state
+            .held_ack_with(request.id, Some((id, record.as_slice())), None)?;
+        self.outbox_ready.notify_one();
+        Ok(())
+    }
+
+    /// Sends a spawn request to gateway `dest`; returns its message id (the reply's `request`).
+    pub fn request_spawn(&self, dest: Party, request: SpawnRequest) -> Result<Uuid, CourierError> {
+        let (id, record) = self.to_gateway(dest, &Payload::SpawnRequest(request));
+        self.state.outbox_put(id, &record)?;
+        self.outbox_ready.notify_one();
+        Ok(id)
+    }
+
+    /// The held reply to spawn request `request`, taken out of the held store.
+    pub fn take_spawn_reply(
+        &self,
+        request: Uuid,
+    ) -> Result<Option<(Held, SpawnReply)>, CourierError> {
+        for (_, bytes) in self.state.held_list(usize::MAX)? {
+            let Ok(held) = serde_json::from_slice::<Held>(&bytes) else {
+                continue;
+            };
+            if held.kind != Kind::SpawnReply.as_str() {
+                continue;
+            }
+            let Ok(reply) = serde_json::from_value::<SpawnReply>(held.body.clone()) else {
+                continue;
+            };
+            if reply.request == request {
+                self.state.held_ack_with(held.id, None, None)?;
+                return Ok(Some((held, reply)));
+            }
+        }
+        Ok(None)
     }
 
     /// Acknowledges a held message: it is not offered again, and its sender learns it was

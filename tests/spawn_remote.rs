@@ -1,0 +1,203 @@
+//! Delegation across fleets on the real RabbitMQ: the laptop (fleet A) asks `w1` (fleet B) to
+//! spawn a worker; the request is signed and carried through B's ingress exchange, B's policy
+//! decides with the broker-attested origin, its tmux server (private, started here) runs the
+//! agent through the readiness gate, and the reply reaches the laptop. The laptop then sends the
+//! worker a task, which is typed into its pane once. A profile B does not grant is refused with
+//! the reason, nothing is launched, and B audits both.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    reason = "test code fails loudly"
+)]
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::{BIN, Fleets, Host, grants, nonce, wait_for};
+
+struct TmuxServer(String);
+
+impl Drop for TmuxServer {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["-L", &self.0, "kill-server"])
+            .status();
+    }
+}
+
+fn tmux(socket: &str, args: &[&str]) -> String {
+    let out = Command::new("tmux")
+        .arg("-L")
+        .arg(socket)
+        .args(args)
+        .output()
+        .expect("tmux is needed (package tmux)");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn panes(socket: &str) -> Vec<String> {
+    tmux(socket, &["list-panes", "-a", "-F", "#{pane_id}"])
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+fn shown(socket: &str) -> String {
+    panes(socket)
+        .iter()
+        .map(|p| tmux(socket, &["capture-pane", "-p", "-J", "-t", p]))
+        .collect()
+}
+
+fn spawn(host: &Host, args: &[&str]) -> (bool, serde_json::Value) {
+    let config = host.dir.join("fleetd.toml");
+    let mut full = vec!["--config", config.to_str().unwrap(), "spawn", "--json"];
+    full.extend_from_slice(args);
+    let out = Command::new(BIN)
+        .args(&full)
+        .env("HOME", &host.dir)
+        .env("XDG_RUNTIME_DIR", host.dir.join("run"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let reply = serde_json::from_str(&text).unwrap_or_else(|_| {
+        panic!(
+            "spawn {args:?}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.success(), reply)
+}
+
+#[test]
+fn a_laptop_spawns_a_worker_on_another_fleets_host_and_gives_it_a_task() {
+    let nonce = nonce();
+    let (a, b) = (format!("ra{nonce}"), format!("rb{nonce}"));
+    let (pa, pb) = (format!("PwRA{nonce}x"), format!("PwRB{nonce}x"));
+    let mut cleanup = Fleets::new(&[&a, &b]);
+    grants(&a, &[&b], &pa);
+    grants(&b, &[&a], &pb);
+    grants(&a, &[&b], &pa);
+    let root = tempfile::tempdir().unwrap();
+    let (laptop, w1) = (
+        Host::new(root.path(), "laptop"),
+        Host::new(root.path(), "w1"),
+    );
+
+    let policy = w1.dir.join(".config/fleetd/policy");
+    std::fs::create_dir_all(&policy).unwrap();
+    let work = w1.dir.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::write(
+        policy.join("00-profiles.toml"),
+        format!(
+            r#"[profile.worker]
+description = "A scripted agent with a prompt."
+argv = ["/bin/sh", "-c", '''echo 'agent> ready'; while read -r line; do echo "got:[$line]"; done''']
+roots = ["{work}"]
+max_instances = 2
+
+[profile.worker.ready]
+pattern = "^agent> ready"
+timeout_secs = 15
+
+[profile.maintenance]
+description = "Never granted."
+argv = ["/bin/sh"]
+roots = ["{work}"]
+max_instances = 1
+"#,
+            work = work.display()
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        policy.join("10-grants.toml"),
+        format!(
+            "[[grant]]\nid = \"laptop-workers\"\ndescription = \"The primary delegates.\"\n\
+             fleets = [\"{a}\"]\nhosts = [\"laptop\"]\nprofiles = [\"worker\"]\n"
+        ),
+    )
+    .unwrap();
+    let socket = format!("fleetd-remote-{nonce}");
+    tmux(&socket, &["new-session", "-d", "-s", "keep", "sleep 600"]);
+    let _server = TmuxServer(socket.clone());
+
+    let (child, laptop_log) = laptop.start(&a, &pa, &[&b], &[(&w1, &b)]);
+    cleanup.children.push(child);
+    let (child, w1_log) = w1.start_with(
+        &b,
+        &pb,
+        &[&a],
+        &[(&laptop, &a)],
+        &format!("tmux_socket = \"{socket}\"\n"),
+    );
+    cleanup.children.push(child);
+    let mut seen = String::new();
+    wait_for(
+        &laptop_log,
+        &mut seen,
+        &["peer joined", "\"peer.host\":\"w1\""],
+        Duration::from_secs(30),
+    );
+    wait_for(
+        &w1_log,
+        &mut seen,
+        &["broker connected"],
+        Duration::from_secs(20),
+    );
+    let before = panes(&socket).len();
+
+    let (ok, refused) = spawn(&laptop, &["--host", "w1", "--profile", "maintenance"]);
+    assert!(!ok, "{refused}");
+    assert_eq!(refused["outcome"], "refused", "{refused}");
+    assert!(
+        refused["reasons"]
+            .to_string()
+            .contains("no grant admits origin"),
+        "the reason reaches the laptop: {refused}"
+    );
+    assert_eq!(panes(&socket).len(), before, "nothing launched on w1");
+
+    let (ok, started) = spawn(
+        &laptop,
+        &[
+            "--host",
+            "w1",
+            "--profile",
+            "worker",
+            "--label",
+            "task-worker",
+        ],
+    );
+    assert!(ok, "{started}");
+    assert_eq!(started["outcome"], "started", "{started}");
+    let worker = started["agent"].as_str().unwrap().to_owned();
+    laptop.wait_listed(&worker);
+
+    let primary = laptop.open_agent("primary");
+    let (task, route) = laptop.send(&worker, &primary, "count the lines in README.md");
+    assert_eq!(route, "foreign");
+    laptop.wait_delivery(&task, "delivered");
+    let text = shown(&socket);
+    assert_eq!(
+        text.matches("got:[[fleetd: from").count(),
+        1,
+        "typed once: {text}"
+    );
+    assert!(text.contains(&format!(
+        "got:[[fleetd: from {a}/laptop agent {primary}] count the lines in README.md]"
+    )));
+
+    let audit_file = w1.state_dir().join("audit.jsonl");
+    let audit = std::fs::read_to_string(&audit_file).unwrap();
+    for event in ["spawn.refused", "spawn.started", "message.injected"] {
+        assert!(audit.contains(event), "{event} on w1's record: {audit}");
+    }
+    w1.cli(&["audit", "verify", "--file", audit_file.to_str().unwrap()]);
+}
