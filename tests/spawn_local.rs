@@ -165,6 +165,7 @@ fn a_granted_profile_starts_ready_with_its_secret_and_refusals_carry_reasons() {
         &[],
         &[],
         &format!("tmux_socket = \"{socket}\"\n"),
+        "",
     );
     cleanup.children.push(child);
     let mut seen = String::new();

@@ -136,6 +136,7 @@ max_instances = 1
         &[&a],
         &[(&laptop, &a)],
         &format!("tmux_socket = \"{socket}\"\n"),
+        "",
     );
     cleanup.children.push(child);
     let mut seen = String::new();

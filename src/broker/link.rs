@@ -527,7 +527,13 @@ pub fn announce(courier: &Courier, roster: &std::sync::Mutex<Roster>) {
             id,
             name: agent.name,
             profile: agent.profile,
-            status: "mailbox".to_owned(),
+            status: agent.status.clone().unwrap_or_else(|| {
+                if agent.pane.is_some() {
+                    "ready".to_owned()
+                } else {
+                    "mailbox".to_owned()
+                }
+            }),
             since: agent.since_ms,
         })
         .collect();

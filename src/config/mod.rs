@@ -114,6 +114,22 @@ pub struct Config {
     pub peers: PinnedKeys,
     /// Roster timing (`[roster]`).
     pub roster: RosterSettings,
+    /// Persistent agents this host keeps alive (`[[lead]]`).
+    pub leads: Vec<Lead>,
+}
+
+/// A persistent agent kept alive by the lead supervisor: launched through the spawn pipeline
+/// with this host as the origin (the policy must grant it), restored with backoff when it dies.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lead {
+    /// Its name on this host (its global id stays the same across restarts).
+    pub name: String,
+    /// The profile it runs.
+    pub profile: String,
+    /// Request variables (the grant must allow them).
+    pub env: std::collections::BTreeMap<String, String>,
+    /// Working directory relative to the profile's first root.
+    pub cwd: Option<String>,
 }
 
 /// Errors from loading the configuration.
@@ -188,6 +204,7 @@ impl Config {
             secrets: Vec::new(),
             peers: PinnedKeys::default(),
             roster: RosterSettings::default(),
+            leads: Vec::new(),
         }
     }
 }

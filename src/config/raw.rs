@@ -10,7 +10,7 @@ use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
 use super::diag::{Diagnostic, without_values};
-use super::{Config, LogFormat, Multiplexer, Paths, secret_specs};
+use super::{Config, Lead, LogFormat, Multiplexer, Paths, secret_specs};
 use crate::broker::topology::QueueType;
 use crate::scrub;
 use crate::secret::{SecretName, SecretSpec};
@@ -30,6 +30,8 @@ struct RawConfig {
     secrets: BTreeMap<Spanned<String>, RawSecret>,
     #[serde(default)]
     peer: Vec<RawPeer>,
+    #[serde(default)]
+    lead: Vec<RawLead>,
     roster: Option<RawRoster>,
 }
 
@@ -39,6 +41,16 @@ struct RawRoster {
     beat_secs: Option<Spanned<u64>>,
     suspect_secs: Option<Spanned<u64>>,
     reap_secs: Option<Spanned<u64>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLead {
+    name: Spanned<String>,
+    profile: Spanned<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    cwd: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -337,6 +349,36 @@ fn check(raw: RawConfig, path: &Path, text: &str) -> Result<Config, Vec<Diagnost
                 ),
             ),
         }
+    }
+    for lead in raw.lead {
+        let valid = |text: &str| {
+            !text.is_empty()
+                && text.len() <= 64
+                && text
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        };
+        if !valid(lead.name.get_ref()) {
+            bad(
+                lead.name.span(),
+                "`lead.name` is 1-64 of [A-Za-z0-9._-] (the agent's name on this host)".to_owned(),
+            );
+        }
+        if !valid(lead.profile.get_ref()) {
+            bad(
+                lead.profile.span(),
+                "`lead.profile` names a profile of this host's policy".to_owned(),
+            );
+        }
+        if config.leads.iter().any(|l| l.name == *lead.name.get_ref()) {
+            bad(lead.name.span(), "two leads share this name".to_owned());
+        }
+        config.leads.push(Lead {
+            name: lead.name.into_inner(),
+            profile: lead.profile.into_inner(),
+            env: lead.env,
+            cwd: lead.cwd,
+        });
     }
     if diagnostics.is_empty() {
         Ok(config)

@@ -123,3 +123,24 @@ fn a_pinned_broker_ca_is_an_absolute_path() {
         errors[0]
     );
 }
+
+#[test]
+fn leads_load_and_their_names_are_unique() {
+    let config =
+        parse("[[lead]]\nname = \"reviewer\"\nprofile = \"worker\"\nenv = { MODE = \"fast\" }\n")
+            .unwrap();
+    assert_eq!(config.leads.len(), 1);
+    assert_eq!(
+        config.leads[0].env.get("MODE").map(String::as_str),
+        Some("fast")
+    );
+    let errors = parse(
+        "[[lead]]\nname = \"a\"\nprofile = \"worker\"\n[[lead]]\nname = \"a\"\nprofile = \"worker\"\n",
+    )
+    .unwrap_err();
+    assert!(
+        errors[0].to_string().contains("two leads share"),
+        "{}",
+        errors[0]
+    );
+}

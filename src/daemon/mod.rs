@@ -10,6 +10,7 @@
 
 pub mod gateway;
 pub mod inject;
+pub mod leads;
 pub mod log;
 pub mod policy;
 
@@ -171,6 +172,11 @@ pub async fn run(
                 scrubber: scrubber.clone(),
             });
             tasks.spawn(gateway::serve_spawns(Arc::clone(&gateway), stopped.clone()));
+            tasks.spawn(leads::supervise(
+                Arc::clone(&gateway),
+                config.leads.clone(),
+                stopped.clone(),
+            ));
             api_state.router = Some(gateway);
             let presence = Arc::new(Presence {
                 roster,

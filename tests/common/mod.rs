@@ -182,10 +182,11 @@ impl Host {
         admit: &[&str],
         peers: &[(&Host, &str)],
     ) -> (Child, mpsc::Receiver<String>) {
-        self.start_with(fleet, password, admit, peers, "")
+        self.start_with(fleet, password, admit, peers, "", "")
     }
 
-    /// [`Host::start`] with `top` prepended to the config (top-level keys).
+    /// [`Host::start`] with `top` prepended to the config (top-level keys) and `tail` appended
+    /// (tables such as `[[lead]]`).
     pub fn start_with(
         &self,
         fleet: &str,
@@ -193,6 +194,7 @@ impl Host {
         admit: &[&str],
         peers: &[(&Host, &str)],
         top: &str,
+        tail: &str,
     ) -> (Child, mpsc::Receiver<String>) {
         let admit: Vec<String> = admit.iter().map(|f| format!("\"{f}\"")).collect();
         let pins: String = peers
@@ -209,7 +211,7 @@ impl Host {
             &config,
             format!(
                 "{top}host = \"{}\"\nfleet = \"{fleet}\"\n[broker]\nuriEnv = \"FLEETD_T_URI\"\nbackoff_cap_secs = 2\nadmit = [{}]\n\
-                 [roster]\nbeat_secs = 1\nsuspect_secs = 3\nreap_secs = 6\n[log]\nformat = \"json\"\n{pins}",
+                 [roster]\nbeat_secs = 1\nsuspect_secs = 3\nreap_secs = 6\n[log]\nformat = \"json\"\n{pins}{tail}",
                 self.name,
                 admit.join(", "),
             ),

@@ -45,6 +45,10 @@ pub struct LocalAgent {
     /// Its pane on this host's multiplexer, if it runs in one (host-local, never announced).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pane: Option<String>,
+    /// What the roster says about it: `mailbox`, or for a pane agent `ready` (past its
+    /// readiness gate), `down` (its process ended) …
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
 }
 
 /// A message held for a local agent, as `fleetd inbox pull` shows it.
@@ -158,12 +162,24 @@ impl Courier {
                 "an agent name is 1-64 of [A-Za-z0-9._-]".to_owned(),
             ));
         }
-        if let Some(id) = self
+        if let Some((id, mut agent)) = self
             .local_agents()
             .into_iter()
             .find(|(_, a)| a.name == name)
-            .map(|(id, _)| id)
         {
+            // The same name keeps its global id; a relaunched agent gets its new pane.
+            if pane.is_some() && agent.pane.as_deref() != pane {
+                agent.pane = pane.map(str::to_owned);
+                agent.profile = profile.to_owned();
+                agent.status = None;
+                let bytes =
+                    serde_json::to_vec(&agent).map_err(|e| CourierError::Invalid(e.to_string()))?;
+                self.state.agent_put(id, &bytes)?;
+                if let Ok(mut agents) = self.agents.write() {
+                    agents.insert(id, agent);
+                }
+                self.agents_changed.notify_one();
+            }
             return Ok(id);
         }
         let id = Uuid::now_v7();
@@ -172,6 +188,7 @@ impl Courier {
             profile: profile.to_owned(),
             since_ms: now_ms(),
             pane: pane.map(str::to_owned),
+            status: None,
         };
         let bytes = serde_json::to_vec(&agent).map_err(|e| CourierError::Invalid(e.to_string()))?;
         self.state.agent_put(id, &bytes)?;
@@ -192,6 +209,27 @@ impl Courier {
 
     fn is_local(&self, id: Uuid) -> bool {
         self.agents.read().is_ok_and(|a| a.contains_key(&id))
+    }
+
+    /// Sets what the roster says about local agent `id` (announced with the next beat).
+    pub fn set_status(&self, id: Uuid, status: &str) {
+        let changed = self.agents.write().is_ok_and(|mut agents| {
+            agents.get_mut(&id).is_some_and(|agent| {
+                let changed = agent.status.as_deref() != Some(status);
+                agent.status = Some(status.to_owned());
+                changed
+            })
+        });
+        if changed {
+            self.agents_changed.notify_one();
+        }
+    }
+
+    /// The local agent named `name`, if registered.
+    pub fn agent_named(&self, name: &str) -> Option<(Uuid, LocalAgent)> {
+        self.local_agents()
+            .into_iter()
+            .find(|(_, a)| a.name == name)
     }
 
     /// The pane of local agent `id`, if it runs in one.
