@@ -6,6 +6,8 @@
 //! Imports: `roster` (the view), `route` (the [`Router`] the daemon implements), `broker` (the
 //! link status type).
 
+pub mod mcp;
+
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -41,6 +43,8 @@ pub struct ApiState {
     pub link: Option<watch::Receiver<LinkStatus>>,
     /// Sending, held messages and delivery states.
     pub router: Option<Arc<dyn Router>>,
+    /// Every reply passes through it (the daemon's scrubber, with its held secrets).
+    pub scrubber: Option<crate::scrub::Scrubber>,
 }
 
 /// Why the socket could not be served.
@@ -140,6 +144,10 @@ async fn handle(stream: UnixStream, state: &ApiState) {
         },
         Err(_) => return,
     };
+    let reply = match &state.scrubber {
+        Some(scrubber) => scrubbed(scrubber, reply),
+        None => reply,
+    };
     let mut bytes = reply.to_string().into_bytes();
     bytes.push(b'\n');
     let _ = write.write_all(&bytes).await;
@@ -166,6 +174,23 @@ fn answer(request: &Value, state: &ApiState) -> Value {
         }
         Some(other) if other.len() <= 32 => json!({"error": format!("unknown op `{other}`")}),
         _ => json!({"error": "missing or unknown `op`"}),
+    }
+}
+
+/// `value` with every string (keys included) passed through the scrubber, so the reply stays JSON.
+fn scrubbed(scrubber: &crate::scrub::Scrubber, value: Value) -> Value {
+    match value {
+        Value::String(text) => Value::String(scrubber.scrub(&text)),
+        Value::Array(items) => {
+            Value::Array(items.into_iter().map(|v| scrubbed(scrubber, v)).collect())
+        }
+        Value::Object(fields) => Value::Object(
+            fields
+                .into_iter()
+                .map(|(k, v)| (scrubber.scrub(&k), scrubbed(scrubber, v)))
+                .collect(),
+        ),
+        other => other,
     }
 }
 

@@ -334,3 +334,29 @@ pub(super) fn spawn(
         |reply| reply["outcome"] == "started",
     )
 }
+
+pub(super) fn mcp(config: Option<&Path>, agent: &str, out: &Output) -> ExitCode {
+    let config = match Config::load(config) {
+        Ok(config) => config,
+        Err(error) => {
+            out.error(&error);
+            return exit::code(exit::USAGE);
+        }
+    };
+    let runtime = match super::runtime(&mut tokio::runtime::Builder::new_current_thread(), out) {
+        Ok(runtime) => runtime,
+        Err(code) => return code,
+    };
+    // stdout carries the MCP session; diagnostics go to stderr.
+    match runtime.block_on(api::mcp::serve(
+        config.paths.runtime,
+        agent,
+        out.scrubber().clone(),
+    )) {
+        Ok(()) => exit::code(exit::OK),
+        Err(error) => {
+            out.error(&error);
+            exit::code(exit::FAILED)
+        }
+    }
+}

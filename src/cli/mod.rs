@@ -112,6 +112,13 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Serve the primary agent's MCP tools on stdin/stdout (roster, send, spawn, inbox_pull,
+    /// inbox_ack, delivery_status), bridged to the running daemon.
+    Mcp {
+        /// The primary's agent name on this host (its global id stays the same).
+        #[arg(long, default_value = "primary")]
+        agent: String,
+    },
     /// Launch a profile through this host's spawn pipeline (policy, pane, readiness gate).
     Spawn {
         /// The profile.
@@ -227,6 +234,7 @@ pub fn main() -> ExitCode {
             json,
             &out,
         ),
+        Command::Mcp { ref agent } => local::mcp(cli.config.as_deref(), agent, &out),
         Command::Spawn {
             ref profile,
             ref host,

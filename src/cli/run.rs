@@ -53,6 +53,13 @@ pub(super) fn run(
         if let Err(error) = scrubber.register(resolved.name.as_str(), &resolved.value) {
             out.note(&format!("warning: {error}"));
         }
+        // The broker password alone, too: it may turn up outside its URI.
+        if resolved.name.as_str() == secret::BROKER_URI
+            && let Ok(uri) = secret::BrokerUri::parse(&resolved.value)
+            && let Err(error) = scrubber.register("broker-password", &uri.password)
+        {
+            out.note(&format!("warning: {error}"));
+        }
     }
     let format = log_format.unwrap_or(config.log_format);
     if let Err(error) = daemon::log::init(format, &config.log_level, scrubber.clone()) {

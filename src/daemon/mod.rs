@@ -82,6 +82,7 @@ pub async fn run(
     let listener = api::bind(&config.paths.runtime).map_err(RunError::Api)?;
     let mut api_state = ApiState {
         host: config.host.clone(),
+        scrubber: Some(scrubber.clone()),
         ..ApiState::default()
     };
     let broker = secrets.iter().find(|s| s.name.as_str() == BROKER_URI);
