@@ -104,20 +104,9 @@ fn a_daemon_started_while_the_broker_is_down_connects_when_it_comes_back() {
         "the daemon stays up without a broker"
     );
     let cli = |args: &[&str]| {
-        let mut full = vec!["--config", config.to_str().unwrap()];
-        full.extend_from_slice(args);
-        let out = Command::new(BIN)
-            .args(&full)
-            .env("HOME", dir.path())
-            .env("XDG_RUNTIME_DIR", dir.path().join("run"))
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "fleetd {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        let (ok, stdout, stderr) = common::fleetd_at(&config, dir.path(), args);
+        assert!(ok, "fleetd {args:?}: {stderr}");
+        stdout
     };
     assert!(cli(&["status"]).contains("broker: unreachable since"));
     // Local routing works without the broker; a message for elsewhere waits in the outbox.

@@ -129,20 +129,9 @@ async fn a_daemon_takes_in_genuine_messages_and_refuses_unpinned_ones() {
         .unwrap();
     let ingress = ingress_exchange(&a);
     let cli = |args: &[&str]| {
-        let mut full = vec!["--config", config.to_str().unwrap()];
-        full.extend_from_slice(args);
-        let out = Command::new(BIN)
-            .args(&full)
-            .env("HOME", dir.path())
-            .env("XDG_RUNTIME_DIR", dir.path().join("run"))
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        let (ok, stdout, stderr) = common::fleetd_at(&config, dir.path(), args);
+        assert!(ok, "fleetd {args:?}: {stderr}");
+        stdout
     };
     let primary = Uuid::parse_str(cli(&["agent", "open", "primary"]).trim()).unwrap();
     assert_eq!(

@@ -17,7 +17,7 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{Fleets, Host, eventually, grants, nonce, wait_for};
+use common::{Host, eventually, one_fleet, wait_for};
 use serde_json::json;
 
 /// Drains `agent`'s held messages on `host` (pull, ack), returning their texts in order.
@@ -63,11 +63,7 @@ impl Drop for RestartGuard {
 #[test]
 fn a_thousand_messages_survive_a_broker_restart_and_a_killed_receiver_exactly_once_in_order() {
     const N: usize = 1000;
-    let nonce = nonce();
-    let fleet = format!("df{nonce}");
-    let password = format!("PwDF{nonce}x");
-    let mut cleanup = Fleets::new(&[&fleet]);
-    grants(&fleet, &[], &password);
+    let (_, fleet, password, mut cleanup) = one_fleet("df");
     let root = tempfile::tempdir().unwrap();
     let (sender, receiver) = (Host::new(root.path(), "s1"), Host::new(root.path(), "r1"));
     let (child, sender_log) = sender.start(&fleet, &password, &[], &[(&receiver, &fleet)]);

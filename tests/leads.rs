@@ -16,27 +16,7 @@ mod common;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{Fleets, Host, eventually, grants, nonce, wait_for};
-
-struct TmuxServer(String);
-
-impl Drop for TmuxServer {
-    fn drop(&mut self) {
-        let _ = Command::new("tmux")
-            .args(["-L", &self.0, "kill-server"])
-            .status();
-    }
-}
-
-fn tmux(socket: &str, args: &[&str]) -> String {
-    let out = Command::new("tmux")
-        .arg("-L")
-        .arg(socket)
-        .args(args)
-        .output()
-        .expect("tmux is needed (package tmux)");
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+use common::{Host, TmuxServer, eventually, one_fleet, wait_for};
 
 /// The lead's roster entry on `host`: (global id, status).
 fn lead_entry(host: &Host) -> Option<(String, String)> {
@@ -55,20 +35,14 @@ fn lead_entry(host: &Host) -> Option<(String, String)> {
 
 #[test]
 fn a_killed_lead_is_noticed_logged_and_restored_with_its_global_id() {
-    let nonce = nonce();
-    let fleet = format!("ld{nonce}");
-    let password = format!("PwLD{nonce}x");
-    let mut cleanup = Fleets::new(&[&fleet]);
-    grants(&fleet, &[], &password);
+    let (nonce, fleet, password, mut cleanup) = one_fleet("ld");
     let root = tempfile::tempdir().unwrap();
     let host = Host::new(root.path(), "h1");
-    let policy = host.dir.join(".config/fleetd/policy");
-    std::fs::create_dir_all(&policy).unwrap();
-    let work = host.dir.join("work");
-    std::fs::create_dir_all(&work).unwrap();
-    std::fs::write(
-        policy.join("00-profiles.toml"),
-        format!(
+    let work = host.work_dir();
+    host.policy(&[
+        (
+            "00-profiles.toml",
+            format!(
             r#"[profile.reviewer]
 description = "A scripted lead that takes a second to come up."
 argv = ["/bin/sh", "-c", '''sleep 1; echo 'lead> ready'; while read -r line; do echo "got:[$line]"; done''']
@@ -80,26 +54,23 @@ pattern = "^lead> ready"
 timeout_secs = 15
 "#,
             work = work.display()
+            ),
         ),
-    )
-    .unwrap();
-    std::fs::write(
-        policy.join("10-grants.toml"),
-        format!(
+        (
+            "10-grants.toml",
+            format!(
             "[[grant]]\nid = \"own-leads\"\ndescription = \"This host's leads.\"\n\
              fleets = [\"{fleet}\"]\nhosts = [\"h1\"]\nprofiles = [\"reviewer\"]\n"
+            ),
         ),
-    )
-    .unwrap();
-    let socket = format!("fleetd-leads-{nonce}");
-    tmux(&socket, &["new-session", "-d", "-s", "keep", "sleep 600"]);
-    let _server = TmuxServer(socket.clone());
+    ]);
+    let tmux = TmuxServer::start(nonce);
     let (child, log) = host.start_with(
         &fleet,
         &password,
         &[],
         &[],
-        &format!("tmux_socket = \"{socket}\"\n"),
+        &tmux.config_line(),
         "[[lead]]\nname = \"reviewer\"\nprofile = \"reviewer\"\n",
     );
     cleanup.children.push(child);
@@ -114,10 +85,7 @@ timeout_secs = 15
         lead_entry(&host)
     });
     assert_eq!(status, "ready");
-    let first_pane = tmux(
-        &socket,
-        &["list-panes", "-a", "-F", "#{pane_id} #{pane_pid}"],
-    );
+    let first_pane = tmux.run(&["list-panes", "-a", "-F", "#{pane_id} #{pane_pid}"]);
     let (pane, pid) = first_pane
         .lines()
         .filter(|l| !l.starts_with("%0 "))
@@ -154,7 +122,7 @@ timeout_secs = 15
     let (again, status) = lead_entry(&host).unwrap();
     assert_eq!(again, id, "the lead keeps its global id");
     assert_eq!(status, "ready");
-    let panes = tmux(&socket, &["list-panes", "-a", "-F", "#{pane_id}"]);
+    let panes = tmux.run(&["list-panes", "-a", "-F", "#{pane_id}"]);
     assert!(
         !panes.lines().any(|p| p == pane),
         "the dead pane was closed: {panes}"

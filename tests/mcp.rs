@@ -17,7 +17,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use common::{BIN, Fleets, Host, grants, nonce, wait_for};
+use common::{BIN, Host, one_fleet, wait_for};
 use serde_json::{Value, json};
 
 /// An MCP client speaking newline-delimited JSON-RPC to `fleetd mcp`.
@@ -109,11 +109,7 @@ impl Drop for Session {
 
 #[test]
 fn an_mcp_session_lists_and_calls_every_tool() {
-    let nonce = nonce();
-    let fleet = format!("mc{nonce}");
-    let password = format!("PwMC{nonce}x");
-    let mut cleanup = Fleets::new(&[&fleet]);
-    grants(&fleet, &[], &password);
+    let (_, fleet, password, mut cleanup) = one_fleet("mc");
     let root = tempfile::tempdir().unwrap();
     let host = Host::new(root.path(), "h1");
     let (child, log) = host.start(&fleet, &password, &[], &[]);

@@ -17,35 +17,21 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::Duration;
 
-use common::{BIN, Fleets, Host, grants, nonce, wait_for};
-
-/// A private tmux server, killed when dropped.
-struct TmuxServer(String);
-
-impl Drop for TmuxServer {
-    fn drop(&mut self) {
-        let _ = Command::new("tmux")
-            .args(["-L", &self.0, "kill-server"])
-            .status();
-    }
-}
+use common::{Host, TmuxServer, one_fleet, wait_for};
 
 fn policy(host: &Host, fleet: &str) {
-    let dir = host.dir.join(".config/fleetd/policy");
-    std::fs::create_dir_all(&dir).unwrap();
-    let work = host.dir.join("work");
-    std::fs::create_dir_all(&work).unwrap();
+    let work = host.work_dir();
     let agent = "echo token-length:${#TOKEN}; echo mode:$MODE; echo 'agent> ready'; \
                  while read -r line; do echo \"got:[$line]\"; \
                  case \"$line\" in *please-ask*) echo 'Allow this command? (y/n)';; esac; done";
     let dialog = "echo 'Do you trust the files in this folder? (y/n)'; sleep 30";
-    std::fs::write(
-        dir.join("00-profiles.toml"),
-        format!(
-            r#"[profile.worker]
+    host.policy(&[
+        (
+            "00-profiles.toml",
+            format!(
+                r#"[profile.worker]
 description = "A scripted agent with a prompt."
 argv = ["/bin/sh", "-c", '''{agent}''']
 roots = ["{work}"]
@@ -72,14 +58,13 @@ argv = ["/bin/sh"]
 roots = ["{work}"]
 max_instances = 1
 "#,
-            work = work.display()
+                work = work.display()
+            ),
         ),
-    )
-    .unwrap();
-    std::fs::write(
-        dir.join("10-grants.toml"),
-        format!(
-            r#"[[grant]]
+        (
+            "10-grants.toml",
+            format!(
+                r#"[[grant]]
 id = "local-workers"
 description = "This host's own primary."
 fleets = ["{fleet}"]
@@ -90,104 +75,40 @@ profiles = ["worker", "asks"]
 pattern = "fast|slow"
 max_len = 4
 "#,
-            host = host.name
+                host = host.name
+            ),
         ),
-    )
-    .unwrap();
-}
-
-fn spawn(host: &Host, args: &[&str]) -> (bool, String) {
-    let config = host.dir.join("fleetd.toml");
-    let mut full = vec!["--config", config.to_str().unwrap(), "spawn"];
-    full.extend_from_slice(args);
-    let out = Command::new(BIN)
-        .args(&full)
-        .env("HOME", &host.dir)
-        .env("XDG_RUNTIME_DIR", host.dir.join("run"))
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
-}
-
-fn pane_text(socket: &str) -> String {
-    let out = Command::new("tmux")
-        .args(["-L", socket, "list-panes", "-a", "-F", "#{pane_id}"])
-        .output()
-        .unwrap();
-    let mut all = String::new();
-    for pane in String::from_utf8_lossy(&out.stdout).lines() {
-        let shown = Command::new("tmux")
-            .args(["-L", socket, "capture-pane", "-p", "-J", "-t", pane])
-            .output()
-            .unwrap();
-        all.push_str(&String::from_utf8_lossy(&shown.stdout));
-    }
-    all
+    ]);
 }
 
 #[test]
 fn a_granted_profile_starts_ready_with_its_secret_and_refusals_carry_reasons() {
-    let nonce = nonce();
-    let fleet = format!("sp{nonce}");
-    let password = format!("PwSP{nonce}x");
-    let mut cleanup = Fleets::new(&[&fleet]);
-    grants(&fleet, &[], &password);
+    let (nonce, fleet, password, mut cleanup) = one_fleet("sp");
     let root = tempfile::tempdir().unwrap();
     let host = Host::new(root.path(), "h1");
     let canary = format!("canary-token-{nonce:x}-zq");
     std::fs::write(host.dir.join("credentials/worker-token"), &canary).unwrap();
     policy(&host, &fleet);
-    let socket = format!("fleetd-spawn-{nonce}");
-    let started = Command::new("tmux")
-        .args([
-            "-L",
-            &socket,
-            "new-session",
-            "-d",
-            "-s",
-            "keep",
-            "sleep 600",
-        ])
-        .status()
-        .expect("tmux is needed (package tmux)");
-    assert!(started.success());
-    let _tmux = TmuxServer(socket.clone());
-    let (child, log) = host.start_with(
-        &fleet,
-        &password,
-        &[],
-        &[],
-        &format!("tmux_socket = \"{socket}\"\n"),
-        "",
-    );
+    let tmux = TmuxServer::start(nonce);
+    let (child, log) = host.start_with(&fleet, &password, &[], &[], &tmux.config_line(), "");
     cleanup.children.push(child);
     let mut seen = String::new();
     wait_for(&log, &mut seen, &["fleetd ready"], Duration::from_secs(20));
 
-    let (ok, reply) = spawn(
-        &host,
-        &[
-            "--profile",
-            "worker",
-            "--label",
-            "w1",
-            "--env",
-            "MODE=fast",
-            "--json",
-        ],
-    );
+    let (ok, reply) = host.spawn_cli(&[
+        "--profile",
+        "worker",
+        "--label",
+        "w1",
+        "--env",
+        "MODE=fast",
+        "--json",
+    ]);
     assert!(ok, "{reply}");
     let reply: serde_json::Value = serde_json::from_str(&reply).unwrap();
     assert_eq!(reply["outcome"], "started", "{reply}");
     let agent = reply["agent"].as_str().unwrap().to_owned();
-    let shown = pane_text(&socket);
+    let shown = tmux.shown();
     assert!(
         shown.contains(&format!("token-length:{}", canary.len())) && shown.contains("mode:fast"),
         "the secret and the allowed variable reach the pane: {shown}"
@@ -205,7 +126,7 @@ fn a_granted_profile_starts_ready_with_its_secret_and_refusals_carry_reasons() {
     );
     assert_eq!(route, "local");
     host.wait_delivery(&id, "delivered");
-    let shown = pane_text(&socket);
+    let shown = tmux.shown();
     let typed: Vec<&str> = shown.lines().filter(|l| l.contains("got:[")).collect();
     assert_eq!(typed.len(), 1, "typed exactly once: {shown}");
     assert!(
@@ -224,25 +145,22 @@ fn a_granted_profile_starts_ready_with_its_secret_and_refusals_carry_reasons() {
     std::thread::sleep(Duration::from_secs(2));
     assert_eq!(host.delivery(&waiting)["state"], "queued");
     assert_eq!(host.held(&agent).len(), 1, "held while the prompt waits");
-    assert!(!pane_text(&socket).contains("second task"));
+    assert!(!tmux.shown().contains("second task"));
 
-    let (ok, refused) = spawn(&host, &["--profile", "maintenance"]);
+    let (ok, refused) = host.spawn_cli(&["--profile", "maintenance"]);
     assert!(!ok, "{refused}");
     assert!(
         refused.contains("refused: no grant admits origin") && refused.contains("maintenance"),
         "{refused}"
     );
-    let (ok, refused) = spawn(&host, &["--profile", "worker", "--env", "MODE=rm;x"]);
+    let (ok, refused) = host.spawn_cli(&["--profile", "worker", "--env", "MODE=rm;x"]);
     assert!(
         !ok && refused.contains("refused") && refused.contains("MODE"),
         "{refused}"
     );
-    let (ok, refused) = spawn(
-        &host,
-        &["--profile", "worker", "--env", "LD_PRELOAD=/tmp/x.so"],
-    );
+    let (ok, refused) = host.spawn_cli(&["--profile", "worker", "--env", "LD_PRELOAD=/tmp/x.so"]);
     assert!(!ok && refused.contains("refused"), "{refused}");
-    let (ok, failed) = spawn(&host, &["--profile", "asks"]);
+    let (ok, failed) = host.spawn_cli(&["--profile", "asks"]);
     assert!(
         !ok && failed.contains("failed") && failed.contains("startup dialog"),
         "{failed}"

@@ -15,63 +15,20 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::Duration;
 
-use common::{BIN, Fleets, Host, grants, nonce, wait_for};
-
-struct TmuxServer(String);
-
-impl Drop for TmuxServer {
-    fn drop(&mut self) {
-        let _ = Command::new("tmux")
-            .args(["-L", &self.0, "kill-server"])
-            .status();
-    }
-}
-
-fn tmux(socket: &str, args: &[&str]) -> String {
-    let out = Command::new("tmux")
-        .arg("-L")
-        .arg(socket)
-        .args(args)
-        .output()
-        .expect("tmux is needed (package tmux)");
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn panes(socket: &str) -> Vec<String> {
-    tmux(socket, &["list-panes", "-a", "-F", "#{pane_id}"])
-        .lines()
-        .map(str::to_owned)
-        .collect()
-}
-
-fn shown(socket: &str) -> String {
-    panes(socket)
-        .iter()
-        .map(|p| tmux(socket, &["capture-pane", "-p", "-J", "-t", p]))
-        .collect()
-}
+use common::{Fleets, Host, TmuxServer, grants, nonce, wait_for};
 
 fn spawn(host: &Host, args: &[&str]) -> (bool, serde_json::Value) {
-    let config = host.dir.join("fleetd.toml");
-    let mut full = vec!["--config", config.to_str().unwrap(), "spawn", "--json"];
+    let mut full = vec!["--json"];
     full.extend_from_slice(args);
-    let out = Command::new(BIN)
-        .args(&full)
-        .env("HOME", &host.dir)
-        .env("XDG_RUNTIME_DIR", host.dir.join("run"))
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let reply = serde_json::from_str(&text).unwrap_or_else(|_| {
-        panic!(
-            "spawn {args:?}: {text}{}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    (out.status.success(), reply)
+    let (ok, text) = host.spawn_cli(&full);
+    let json = text
+        .lines()
+        .take_while(|l| !l.starts_with("error"))
+        .collect::<String>();
+    let reply = serde_json::from_str(&json).unwrap_or_else(|_| panic!("spawn {args:?}: {text}"));
+    (ok, reply)
 }
 
 #[test]
@@ -89,14 +46,12 @@ fn a_laptop_spawns_a_worker_on_another_fleets_host_and_gives_it_a_task() {
         Host::new(root.path(), "w1"),
     );
 
-    let policy = w1.dir.join(".config/fleetd/policy");
-    std::fs::create_dir_all(&policy).unwrap();
-    let work = w1.dir.join("work");
-    std::fs::create_dir_all(&work).unwrap();
-    std::fs::write(
-        policy.join("00-profiles.toml"),
-        format!(
-            r#"[profile.worker]
+    let work = w1.work_dir();
+    w1.policy(&[
+        (
+            "00-profiles.toml",
+            format!(
+                r#"[profile.worker]
 description = "A scripted agent with a prompt."
 argv = ["/bin/sh", "-c", '''echo 'agent> ready'; while read -r line; do echo "got:[$line]"; done''']
 roots = ["{work}"]
@@ -112,32 +67,21 @@ argv = ["/bin/sh"]
 roots = ["{work}"]
 max_instances = 1
 "#,
-            work = work.display()
+                work = work.display()
+            ),
         ),
-    )
-    .unwrap();
-    std::fs::write(
-        policy.join("10-grants.toml"),
-        format!(
-            "[[grant]]\nid = \"laptop-workers\"\ndescription = \"The primary delegates.\"\n\
+        (
+            "10-grants.toml",
+            format!(
+                "[[grant]]\nid = \"laptop-workers\"\ndescription = \"The primary delegates.\"\n\
              fleets = [\"{a}\"]\nhosts = [\"laptop\"]\nprofiles = [\"worker\"]\n"
+            ),
         ),
-    )
-    .unwrap();
-    let socket = format!("fleetd-remote-{nonce}");
-    tmux(&socket, &["new-session", "-d", "-s", "keep", "sleep 600"]);
-    let _server = TmuxServer(socket.clone());
-
+    ]);
+    let tmux = TmuxServer::start(nonce);
     let (child, laptop_log) = laptop.start(&a, &pa, &[&b], &[(&w1, &b)]);
     cleanup.children.push(child);
-    let (child, w1_log) = w1.start_with(
-        &b,
-        &pb,
-        &[&a],
-        &[(&laptop, &a)],
-        &format!("tmux_socket = \"{socket}\"\n"),
-        "",
-    );
+    let (child, w1_log) = w1.start_with(&b, &pb, &[&a], &[(&laptop, &a)], &tmux.config_line(), "");
     cleanup.children.push(child);
     let mut seen = String::new();
     wait_for(
@@ -152,7 +96,7 @@ max_instances = 1
         &["broker connected"],
         Duration::from_secs(20),
     );
-    let before = panes(&socket).len();
+    let before = tmux.panes().len();
 
     let (ok, refused) = spawn(&laptop, &["--host", "w1", "--profile", "maintenance"]);
     assert!(!ok, "{refused}");
@@ -163,7 +107,7 @@ max_instances = 1
             .contains("no grant admits origin"),
         "the reason reaches the laptop: {refused}"
     );
-    assert_eq!(panes(&socket).len(), before, "nothing launched on w1");
+    assert_eq!(tmux.panes().len(), before, "nothing launched on w1");
 
     let (ok, started) = spawn(
         &laptop,
@@ -185,7 +129,7 @@ max_instances = 1
     let (task, route) = laptop.send(&worker, &primary, "count the lines in README.md");
     assert_eq!(route, "foreign");
     laptop.wait_delivery(&task, "delivered");
-    let text = shown(&socket);
+    let text = tmux.shown();
     assert_eq!(
         text.matches("got:[[fleetd: from").count(),
         1,

@@ -40,6 +40,19 @@ pub enum AgentCommand {
     },
 }
 
+/// The config and a single-threaded runtime, or the exit code after reporting why not.
+fn config_and_runtime(
+    config: Option<&Path>,
+    out: &Output,
+) -> Result<(Config, tokio::runtime::Runtime), ExitCode> {
+    let config = Config::load(config).map_err(|error| {
+        out.error(&error);
+        exit::code(exit::USAGE)
+    })?;
+    let runtime = super::runtime(&mut tokio::runtime::Builder::new_current_thread(), out)?;
+    Ok((config, runtime))
+}
+
 /// Sends `request` and prints the reply (JSON, or through `render`); exit 1 on an error reply.
 pub(super) fn ask(
     config: Option<&Path>,
@@ -60,15 +73,8 @@ pub(super) fn ask_with(
     render: fn(&Value) -> Vec<String>,
     ok: fn(&Value) -> bool,
 ) -> ExitCode {
-    let config = match Config::load(config) {
-        Ok(config) => config,
-        Err(error) => {
-            out.error(&error);
-            return exit::code(exit::USAGE);
-        }
-    };
-    let runtime = match super::runtime(&mut tokio::runtime::Builder::new_current_thread(), out) {
-        Ok(runtime) => runtime,
+    let (config, runtime) = match config_and_runtime(config, out) {
+        Ok(both) => both,
         Err(code) => return code,
     };
     let reply = match runtime.block_on(api::request(&config.paths.runtime, &request)) {
@@ -336,15 +342,8 @@ pub(super) fn spawn(
 }
 
 pub(super) fn mcp(config: Option<&Path>, agent: &str, out: &Output) -> ExitCode {
-    let config = match Config::load(config) {
-        Ok(config) => config,
-        Err(error) => {
-            out.error(&error);
-            return exit::code(exit::USAGE);
-        }
-    };
-    let runtime = match super::runtime(&mut tokio::runtime::Builder::new_current_thread(), out) {
-        Ok(runtime) => runtime,
+    let (config, runtime) = match config_and_runtime(config, out) {
+        Ok(both) => both,
         Err(code) => return code,
     };
     // stdout carries the MCP session; diagnostics go to stderr.

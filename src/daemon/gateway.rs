@@ -133,7 +133,7 @@ impl Gateway {
     ) -> Result<(SpawnReply, Option<String>), String> {
         let Some(spawner) = &self.spawner else {
             return Err(
-                "not yet supported: spawning through herdr (use `multiplexer = \"tmux\"`)"
+                "no multiplexer: herdr was not reachable when fleetd started (see its log)"
                     .to_owned(),
             );
         };

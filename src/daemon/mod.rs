@@ -153,7 +153,22 @@ pub async fn run(
                 crate::config::Multiplexer::Tmux => Some(Arc::new(Spawner::new(Arc::new(
                     Tmux::new(Socket::Name(config.tmux_socket.clone()), "fleetd"),
                 )))),
-                crate::config::Multiplexer::Herdr => None,
+                crate::config::Multiplexer::Herdr => {
+                    let opened = crate::pane::herdr::socket_path()
+                        .ok_or_else(|| {
+                            "no herdr socket path (set HERDR_SOCKET_PATH or HOME)".to_owned()
+                        })
+                        .and_then(|path| {
+                            crate::pane::herdr::Herdr::open(&path).map_err(|e| e.to_string())
+                        });
+                    match opened {
+                        Ok(herdr) => Some(Arc::new(Spawner::new(Arc::new(herdr)))),
+                        Err(reason) => {
+                            warn!(%reason, "herdr is not reachable: spawning is off until fleetd restarts");
+                            None
+                        }
+                    }
+                }
             };
             if let Some(spawner) = &spawner {
                 tasks.spawn(inject::run(

@@ -7,6 +7,7 @@
 //!
 //! Imports: nothing from the crate (a leaf).
 
+pub mod herdr;
 pub mod sanitize;
 pub mod tmux;
 

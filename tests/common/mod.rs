@@ -5,6 +5,7 @@
     dead_code,
     unreachable_pub,
     clippy::unwrap_used,
+    clippy::expect_used,
     clippy::panic,
     clippy::indexing_slicing,
     reason = "shared test helpers; each includer uses part"
@@ -233,23 +234,9 @@ impl Host {
 
     /// Runs `fleetd ARGS` against this host's daemon; panics with stderr unless it succeeds.
     pub fn cli(&self, args: &[&str]) -> String {
-        let config = self.dir.join("fleetd.toml");
-        let mut full = vec!["--config", config.to_str().unwrap()];
-        full.extend_from_slice(args);
-        let out = Command::new(BIN)
-            .args(&full)
-            .env("HOME", &self.dir)
-            .env("XDG_RUNTIME_DIR", self.dir.join("run"))
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "fleetd {args:?} on {}: {}{}",
-            self.name,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        let (ok, stdout, stderr) = fleetd_at(&self.dir.join("fleetd.toml"), &self.dir, args);
+        assert!(ok, "fleetd {args:?} on {}: {stdout}{stderr}", self.name);
+        stdout
     }
 
     /// One request to this host's local API.
@@ -337,4 +324,128 @@ impl Host {
             },
         );
     }
+}
+
+/// A private tmux server (`tmux -L NAME`) started here, as the operator's unit would start it,
+/// and killed when dropped.
+pub struct TmuxServer(pub String);
+
+impl TmuxServer {
+    /// Starts a server whose socket name is unique to `nonce`.
+    pub fn start(nonce: u128) -> TmuxServer {
+        let server = TmuxServer(format!("fleetd-test-{nonce}-{}", std::process::id()));
+        let started = Command::new("tmux")
+            .args([
+                "-L",
+                &server.0,
+                "new-session",
+                "-d",
+                "-s",
+                "keep",
+                "sleep 600",
+            ])
+            .status()
+            .expect("tmux is needed for the pane tests (package tmux; scripts/test installs it)");
+        assert!(started.success(), "cannot start a tmux server");
+        server
+    }
+
+    /// `tmux -L NAME ARGS`: its stdout.
+    pub fn run(&self, args: &[&str]) -> String {
+        let out = Command::new("tmux")
+            .arg("-L")
+            .arg(&self.0)
+            .args(args)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Every pane's id.
+    pub fn panes(&self) -> Vec<String> {
+        self.run(&["list-panes", "-a", "-F", "#{pane_id}"])
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// What every pane shows (wrapped lines joined).
+    pub fn shown(&self) -> String {
+        self.panes()
+            .iter()
+            .map(|p| self.run(&["capture-pane", "-p", "-J", "-t", p]))
+            .collect()
+    }
+
+    /// The config line that points a daemon at this server.
+    pub fn config_line(&self) -> String {
+        format!("tmux_socket = \"{}\"\n", self.0)
+    }
+}
+
+impl Drop for TmuxServer {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["-L", &self.0, "kill-server"])
+            .status();
+    }
+}
+
+/// A test fleet named PREFIX + a nonce with its grants applied; returns (nonce, fleet, password,
+/// clean-up guard).
+pub fn one_fleet(prefix: &str) -> (u128, String, String, Fleets) {
+    let nonce = nonce();
+    let fleet = format!("{prefix}{nonce}");
+    let password = format!("Pw{prefix}{nonce}x");
+    let cleanup = Fleets::new(&[&fleet]);
+    grants(&fleet, &[], &password);
+    (nonce, fleet, password, cleanup)
+}
+
+impl Host {
+    /// `fleetd spawn ARGS` on this host: (succeeded, stdout and stderr).
+    pub fn spawn_cli(&self, args: &[&str]) -> (bool, String) {
+        let mut full = vec!["spawn"];
+        full.extend_from_slice(args);
+        let (ok, stdout, stderr) = fleetd_at(&self.dir.join("fleetd.toml"), &self.dir, &full);
+        (ok, format!("{stdout}{stderr}"))
+    }
+
+    /// Writes `files` (name, text) into this host's policy directory.
+    pub fn policy(&self, files: &[(&str, String)]) {
+        let dir = self.dir.join(".config/fleetd/policy");
+        std::fs::create_dir_all(&dir).unwrap();
+        for (name, text) in files {
+            std::fs::write(dir.join(name), text).unwrap();
+        }
+    }
+
+    /// A directory under this host for a profile's root.
+    pub fn work_dir(&self) -> std::path::PathBuf {
+        let work = self.dir.join("work");
+        std::fs::create_dir_all(&work).unwrap();
+        work
+    }
+}
+
+/// `fleetd --config CONFIG ARGS` as a client of the daemon whose HOME is `home` (runtime dir
+/// `home/run`): (succeeded, stdout, stderr).
+pub fn fleetd_at(
+    config: &std::path::Path,
+    home: &std::path::Path,
+    args: &[&str],
+) -> (bool, String, String) {
+    let mut full = vec!["--config", config.to_str().unwrap()];
+    full.extend_from_slice(args);
+    let out = Command::new(BIN)
+        .args(&full)
+        .env("HOME", home)
+        .env("XDG_RUNTIME_DIR", home.join("run"))
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }

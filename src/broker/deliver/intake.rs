@@ -8,7 +8,7 @@ use uuid::Uuid;
 use super::{Courier, Held, encode, now_ms};
 use crate::broker::inbound::{Inbound, InboundRefusal};
 use crate::state::{Incoming, Taken};
-use crate::wire::{AgentMessage, DeliveryState, Meta, Payload, Tracked};
+use crate::wire::{DeliveryState, Meta, Payload, Tracked};
 
 impl Courier {
     /// Takes a window of deliveries in: each is verified; the accepted ones are recorded, held and
@@ -105,7 +105,7 @@ impl Courier {
         let from_me = plan.meta.origin == self.me();
         match payload {
             Payload::AgentMessage(m) if self.is_local(m.to) => {
-                plan.hold = Some(encode(&self.held_record(&plan.meta, Some(m.to), &m)));
+                plan.hold = Some(held_record(&plan.meta, Some(m.to), &m));
                 // A pane agent's message is delivered when it is typed (the injector's receipt).
                 if !from_me && self.pane_of(m.to).is_none() {
                     plan.outbox = Some(self.receipt(
@@ -149,24 +149,10 @@ impl Courier {
                 // authenticated origin and replies.
                 plan.event = "spawn.received";
                 plan.note("profile", json!(r.profile));
-                plan.hold = Some(encode(&Held {
-                    id: plan.meta.id,
-                    kind: plan.meta.kind.as_str().to_owned(),
-                    origin: plan.meta.origin.clone(),
-                    to: None,
-                    created_ms: plan.meta.created_ms,
-                    body: serde_json::to_value(&r).unwrap_or(Value::Null),
-                }));
+                plan.hold = Some(held_record(&plan.meta, None, &r));
             }
             Payload::SpawnReply(r) => {
-                plan.hold = Some(encode(&Held {
-                    id: plan.meta.id,
-                    kind: plan.meta.kind.as_str().to_owned(),
-                    origin: plan.meta.origin.clone(),
-                    to: None,
-                    created_ms: plan.meta.created_ms,
-                    body: serde_json::to_value(&r).unwrap_or(Value::Null),
-                }));
+                plan.hold = Some(held_record(&plan.meta, None, &r));
             }
             Payload::PresenceBeat(_) => {
                 plan.event = "message.ignored";
@@ -175,17 +161,18 @@ impl Courier {
         }
         plan
     }
+}
 
-    fn held_record(&self, meta: &Meta, to: Option<Uuid>, body: &AgentMessage) -> Held {
-        Held {
-            id: meta.id,
-            kind: meta.kind.as_str().to_owned(),
-            origin: meta.origin.clone(),
-            to,
-            created_ms: meta.created_ms,
-            body: serde_json::to_value(body).unwrap_or(Value::Null),
-        }
-    }
+/// The held-store record of an envelope (for local agent `to`, if any) with `body`.
+fn held_record<T: serde::Serialize>(meta: &Meta, to: Option<Uuid>, body: &T) -> Vec<u8> {
+    encode(&Held {
+        id: meta.id,
+        kind: meta.kind.as_str().to_owned(),
+        origin: meta.origin.clone(),
+        to,
+        created_ms: meta.created_ms,
+        body: serde_json::to_value(body).unwrap_or(Value::Null),
+    })
 }
 
 /// What taking in one envelope changes, decided before the transaction.

@@ -1,0 +1,248 @@
+//! The herdr backend against a **test server written from herdr's documented socket protocol**
+//! (herdr cannot be installed on this machine): newline-delimited JSON over a Unix socket, one
+//! request per connection, `{"id","method","params"}` → `{"id","result":{"type",…}}` or
+//! `{"id","error":{"code","message"}}`, with the methods fleetd uses — `ping`, `pane.split`,
+//! `agent.start`, `agent.prompt`, `pane.send_input`, `pane.read`, `pane.get`, `pane.close`,
+//! `pane.list` — as summarised, with sources, in the project's research notes
+//! (shared/research/peers-herdr.md §1). The server is a stand-in, not herdr.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    reason = "test code fails loudly"
+)]
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixListener;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use fleetd::pane::herdr::Herdr;
+use fleetd::pane::{Launch, Multiplexer, PaneError, PaneId, PaneState};
+use serde_json::{Value, json};
+
+#[derive(Default)]
+struct Pane {
+    env: BTreeMap<String, String>,
+    typed: String,
+    agent: Option<String>,
+    blocked: bool,
+}
+
+#[derive(Default)]
+struct World {
+    panes: BTreeMap<String, Pane>,
+    next: u32,
+    connections: u32,
+    requests: u32,
+}
+
+/// Serves herdr's protocol (one request per connection) on `path` with `protocol`.
+fn serve(path: &Path, protocol: u64) -> Arc<Mutex<World>> {
+    let world = Arc::new(Mutex::new(World::default()));
+    let listener = UnixListener::bind(path).unwrap();
+    let shared = Arc::clone(&world);
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let mut line = String::new();
+            BufReader::new(&stream).read_line(&mut line).unwrap();
+            let mut world = shared.lock().unwrap();
+            world.connections += 1;
+            let reply = match serde_json::from_str::<Value>(&line) {
+                Ok(request) => {
+                    world.requests += 1;
+                    answer(&mut world, &request, protocol)
+                }
+                Err(_) => {
+                    json!({"id": "", "error": {"code": "invalid_request", "message": "not JSON"}})
+                }
+            };
+            drop(world);
+            let mut out = reply.to_string();
+            out.push('\n');
+            let _ = stream.write_all(out.as_bytes());
+            // One request per connection: the server closes it.
+        }
+    });
+    world
+}
+
+fn answer(world: &mut World, request: &Value, protocol: u64) -> Value {
+    let id = request["id"].clone();
+    let p = &request["params"];
+    let error = |code: &str| json!({"id": id, "error": {"code": code, "message": code}});
+    let ok = |result: Value| json!({"id": id, "result": result});
+    let pane_id = p["pane_id"].as_str().unwrap_or_default().to_owned();
+    match request["method"].as_str().unwrap_or_default() {
+        "ping" => ok(json!({"type": "pong", "version": "0.8.2", "protocol": protocol})),
+        "pane.split" => {
+            if !matches!(p["direction"].as_str(), Some("right" | "down")) {
+                return error("invalid_params");
+            }
+            world.next += 1;
+            let id = format!("w1:p{}", world.next);
+            let env = serde_json::from_value(p["env"].clone()).unwrap_or_default();
+            world.panes.insert(
+                id.clone(),
+                Pane {
+                    env,
+                    ..Pane::default()
+                },
+            );
+            ok(json!({"type": "pane_info", "pane": {"pane_id": id, "workspace_id": "w1"}}))
+        }
+        "agent.start" => {
+            let name = p["name"].as_str().unwrap_or_default().to_owned();
+            let valid = name.len() <= 32
+                && name.starts_with(|c: char| c.is_ascii_lowercase())
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "-_".contains(c));
+            if !valid {
+                return error("invalid_agent_name");
+            }
+            let Some(pane) = world.panes.get_mut(&pane_id) else {
+                return error("agent_pane_not_found");
+            };
+            pane.agent = Some(name.clone());
+            let mut argv = vec![p["kind"].clone()];
+            argv.extend(p["args"].as_array().cloned().unwrap_or_default());
+            ok(
+                json!({"type": "agent_started", "agent": {"name": name, "launch_pending": true}, "argv": argv}),
+            )
+        }
+        "agent.prompt" => {
+            let target = p["target"].as_str().unwrap_or_default();
+            let Some(pane) = world
+                .panes
+                .values_mut()
+                .find(|pane| pane.agent.as_deref() == Some(target))
+            else {
+                return error("agent_not_found");
+            };
+            if pane.blocked {
+                return error("agent_blocked");
+            }
+            pane.typed.push_str(p["text"].as_str().unwrap_or_default());
+            pane.typed.push('\n');
+            ok(json!({"type": "agent_prompted", "agent": {"name": target}}))
+        }
+        "pane.send_input" => {
+            let Some(pane) = world.panes.get_mut(&pane_id) else {
+                return error("pane_not_found");
+            };
+            pane.typed.push_str(p["text"].as_str().unwrap_or_default());
+            if p["keys"] == json!(["Enter"]) {
+                pane.typed.push('\n');
+            }
+            ok(json!({"type": "ok"}))
+        }
+        "pane.read" => match world.panes.get(&pane_id) {
+            Some(pane) => ok(json!({"type": "pane_read", "read": {
+                "pane_id": pane_id, "workspace_id": "w1", "source": p["source"],
+                "format": "text", "text": pane.typed, "revision": 1, "truncated": false}})),
+            None => error("pane_not_found"),
+        },
+        "pane.get" => match world.panes.get(&pane_id) {
+            Some(_) => ok(json!({"type": "pane_info", "pane": {"pane_id": pane_id}})),
+            None => error("pane_not_found"),
+        },
+        "pane.close" => match world.panes.remove(&pane_id) {
+            Some(_) => ok(json!({"type": "ok"})),
+            None => error("pane_not_found"),
+        },
+        "pane.list" => ok(json!({"type": "pane_list",
+            "panes": world.panes.keys().map(|id| json!({"pane_id": id})).collect::<Vec<_>>()})),
+        _ => error("invalid_request"),
+    }
+}
+
+fn launch(argv: &[&str], env: &[(&str, &str)]) -> Launch {
+    Launch {
+        argv: argv.iter().map(|s| (*s).to_owned()).collect(),
+        cwd: std::env::temp_dir(),
+        env: env
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+    }
+}
+
+#[test]
+fn herdr_panes_are_split_with_their_environment_and_agents_prompted_with_safe_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("herdr.sock");
+    let world = serve(&socket, 20);
+    let herdr = Herdr::open(&socket).unwrap();
+
+    // An agent kind herdr knows: split with env, then agent.start; text goes by agent.prompt.
+    let agent = herdr
+        .launch(&launch(
+            &["/usr/local/bin/claude", "--permission-mode", "plan"],
+            &[("TOKEN", "canary-7f3a")],
+        ))
+        .unwrap();
+    {
+        let world = world.lock().unwrap();
+        let pane = &world.panes[&agent.0];
+        assert_eq!(
+            pane.env["TOKEN"], "canary-7f3a",
+            "the environment travels with pane.split"
+        );
+        assert!(
+            pane.agent
+                .as_deref()
+                .is_some_and(|n| n.starts_with("fleetd-"))
+        );
+    }
+    herdr
+        .send_text(&agent, "hello \u{1b}[201~\u{1b}[31mthere\0")
+        .unwrap();
+    assert_eq!(herdr.read(&agent, 10).unwrap(), "hello there\n");
+
+    // A plain command: typed into the pane's shell, quoted.
+    let shell = herdr.launch(&launch(&["/bin/echo", "it's"], &[])).unwrap();
+    assert_eq!(herdr.read(&shell, 10).unwrap(), "'/bin/echo' 'it'\\''s'\n");
+    assert_eq!(herdr.state(&shell).unwrap(), PaneState::Running);
+
+    // A blocked agent refuses the prompt; herdr's error comes back as such.
+    world
+        .lock()
+        .unwrap()
+        .panes
+        .get_mut(&agent.0)
+        .unwrap()
+        .blocked = true;
+    let error = herdr.send_text(&agent, "more").unwrap_err();
+    assert!(error.to_string().contains("agent_blocked"), "{error}");
+
+    let listed = herdr.list().unwrap();
+    assert!(listed.contains(&agent) && listed.contains(&shell));
+    herdr.close(&shell).unwrap();
+    assert!(matches!(herdr.state(&shell), Err(PaneError::NoPane(id)) if id == shell));
+    assert!(matches!(
+        herdr.read(&PaneId("w1:p99".to_owned()), 5),
+        Err(PaneError::NoPane(_))
+    ));
+
+    let world = world.lock().unwrap();
+    assert_eq!(
+        world.connections, world.requests,
+        "one request per connection"
+    );
+}
+
+#[test]
+fn an_unknown_protocol_is_refused_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("herdr.sock");
+    let _world = serve(&socket, 99);
+    let error = Herdr::open(&socket).unwrap_err();
+    assert!(error.to_string().contains("protocol 99"), "{error}");
+    let missing = Herdr::open(&dir.path().join("absent.sock")).unwrap_err();
+    assert!(missing.to_string().contains("cannot connect"), "{missing}");
+}
