@@ -38,6 +38,26 @@ struct World {
     next: u32,
     connections: u32,
     requests: u32,
+    /// Held `events.subscribe` connections.
+    subscribers: Vec<std::os::unix::net::UnixStream>,
+    subscriptions: Vec<Value>,
+}
+
+impl World {
+    /// Pushes `event` to every subscriber (herdr's stream framing: one JSON line each).
+    fn emit(&mut self, event: &Value) {
+        let mut line = event.to_string();
+        line.push('\n');
+        self.subscribers
+            .retain_mut(|s| s.write_all(line.as_bytes()).is_ok());
+    }
+
+    /// Drops every subscription connection (as a herdr restart or live handoff would).
+    fn drop_subscribers(&mut self) {
+        for s in self.subscribers.drain(..) {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
 }
 
 /// Serves herdr's protocol (one request per connection) on `path` with `protocol`.
@@ -53,6 +73,18 @@ fn serve(path: &Path, protocol: u64) -> Arc<Mutex<World>> {
             let mut world = shared.lock().unwrap();
             world.connections += 1;
             let reply = match serde_json::from_str::<Value>(&line) {
+                Ok(request) if request["method"] == "events.subscribe" => {
+                    // A held connection: ack, then pushed events until either side closes.
+                    world.requests += 1;
+                    world
+                        .subscriptions
+                        .push(request["params"]["subscriptions"].clone());
+                    let ack =
+                        json!({"id": request["id"], "result": {"type": "subscription_started"}});
+                    let _ = stream.write_all(format!("{ack}\n").as_bytes());
+                    world.subscribers.push(stream);
+                    continue;
+                }
                 Ok(request) => {
                     world.requests += 1;
                     answer(&mut world, &request, protocol)
@@ -245,4 +277,62 @@ fn an_unknown_protocol_is_refused_at_open() {
     assert!(error.to_string().contains("protocol 99"), "{error}");
     let missing = Herdr::open(&dir.path().join("absent.sock")).unwrap_err();
     assert!(missing.to_string().contains("cannot connect"), "{missing}");
+}
+
+fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    let start = std::time::Instant::now();
+    while !check() {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(10),
+            "{what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn the_event_subscription_follows_agents_and_survives_a_dropped_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("herdr.sock");
+    let world = serve(&socket, 20);
+    let herdr = Herdr::open(&socket).unwrap();
+    eventually("subscribed at open", || herdr.subscriptions() >= 1);
+    let agent = herdr
+        .launch(&launch(&["/usr/local/bin/claude"], &[]))
+        .unwrap();
+    // A new agent pane renews the subscription to watch its status.
+    eventually("renewed for the new agent", || {
+        world
+            .lock()
+            .unwrap()
+            .subscriptions
+            .last()
+            .is_some_and(|s| s.to_string().contains(&agent.0))
+    });
+    world
+        .lock()
+        .unwrap()
+        .emit(&json!({"event": "pane.agent_status_changed",
+        "data": {"pane_id": agent.0, "workspace_id": "w1", "agent_status": "blocked"}}));
+    eventually("blocked is learnt", || herdr.blocked(&agent) == Some(true));
+
+    // herdr drops the stream (restart, live handoff): fleetd reconnects and keeps learning.
+    let before = herdr.subscriptions();
+    world.lock().unwrap().drop_subscribers();
+    eventually("reconnected", || herdr.subscriptions() > before);
+    eventually("subscriber back", || {
+        !world.lock().unwrap().subscribers.is_empty()
+    });
+    world.lock().unwrap().emit(&json!({"event": "pane_exited",
+        "data": {"type": "pane_exited", "pane": {"pane_id": agent.0, "exit_code": 3}}}));
+    eventually("the exit is learnt", || {
+        herdr.state(&agent).ok() == Some(PaneState::Exited(3))
+    });
+
+    // Reconciliation forgets panes herdr no longer lists.
+    world.lock().unwrap().panes.remove(&agent.0);
+    let before = herdr.subscriptions();
+    world.lock().unwrap().drop_subscribers();
+    eventually("reconnected again", || herdr.subscriptions() > before);
+    eventually("forgotten", || herdr.blocked(&agent).is_none());
 }

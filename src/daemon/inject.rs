@@ -121,6 +121,9 @@ fn block_reason(mux: &dyn Multiplexer, pane: &PaneId) -> Option<String> {
         Ok(PaneState::Exited(status)) => return Some(format!("its process exited ({status})")),
         Err(error) => return Some(error.to_string()),
     }
+    if mux.blocked(pane) == Some(true) {
+        return Some("the multiplexer reports the agent blocked".to_owned());
+    }
     let shown = mux.read(pane, CHECK_LINES).ok()?;
     dialog_line(&shown).map(|line| format!("a prompt waits for an answer: {line}"))
 }

@@ -17,8 +17,8 @@ use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -62,7 +62,30 @@ pub struct Herdr {
     socket: PathBuf,
     next: AtomicU64,
     /// Panes where fleetd started an agent: pane id → agent name (the `agent.prompt` target).
-    agents: Mutex<HashMap<String, String>>,
+    agents: Arc<Mutex<HashMap<String, String>>>,
+    /// What the event subscription has learnt.
+    events: Arc<Mutex<Events>>,
+    /// Ends the subscription thread when the backend is dropped.
+    stop: Arc<AtomicBool>,
+}
+
+/// State learnt from `events.subscribe`, reconciled with `pane.list` after every (re)connect.
+#[derive(Debug, Default)]
+struct Events {
+    /// Panes whose process exited, with the status herdr reported (-1: none given).
+    exited: HashMap<String, i32>,
+    /// Agent status per pane (`idle`, `working`, `blocked`, `done`, `unknown`).
+    status: HashMap<String, String>,
+    /// Subscriptions opened so far (1 + reconnects).
+    subscriptions: u64,
+    /// The subscription must be reopened (a new agent pane to watch).
+    renew: bool,
+}
+
+impl Drop for Herdr {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
 }
 
 /// Where herdr's socket is: `HERDR_SOCKET_PATH`, `$XDG_CONFIG_HOME/herdr/herdr.sock`,
@@ -89,12 +112,17 @@ impl Herdr {
         let herdr = Herdr {
             socket: socket.to_owned(),
             next: AtomicU64::new(1),
-            agents: Mutex::new(HashMap::new()),
+            agents: Arc::new(Mutex::new(HashMap::new())),
+            events: Arc::new(Mutex::new(Events::default())),
+            stop: Arc::new(AtomicBool::new(false)),
         };
         let pong = herdr.call("ping", json!({}))?;
         let protocol = pong.get("protocol").and_then(Value::as_u64);
         match protocol {
-            Some(p) if PROTOCOLS.contains(&p) => Ok(herdr),
+            Some(p) if PROTOCOLS.contains(&p) => {
+                herdr.subscribe();
+                Ok(herdr)
+            }
             other => Err(PaneError::Unavailable {
                 backend: BACKEND,
                 op: "ping",
@@ -153,6 +181,35 @@ impl Herdr {
             .ok_or_else(|| unavailable("no result".to_owned()))
     }
 
+    /// How many times the event subscription has been opened (1 + reconnects).
+    pub fn subscriptions(&self) -> u64 {
+        self.events.lock().map_or(0, |e| e.subscriptions)
+    }
+
+    /// Keeps an `events.subscribe` connection open on its own thread: pane exits and closes,
+    /// and the status of every agent pane fleetd started. A dropped connection (herdr restarted,
+    /// live handoff) is reopened with backoff; after every (re)open the state is reconciled with
+    /// `pane.list`, so nothing missed while disconnected lingers.
+    fn subscribe(&self) {
+        let (socket, agents, events, stop) = (
+            self.socket.clone(),
+            Arc::clone(&self.agents),
+            Arc::clone(&self.events),
+            Arc::clone(&self.stop),
+        );
+        std::thread::spawn(move || {
+            let mut wait = Duration::from_millis(200);
+            while !stop.load(Ordering::Relaxed) {
+                if watch_events(&socket, &agents, &events, &stop).is_ok() {
+                    wait = Duration::from_millis(200);
+                } else {
+                    std::thread::sleep(wait);
+                    wait = (wait * 2).min(Duration::from_secs(5));
+                }
+            }
+        });
+    }
+
     fn agent_of(&self, pane: &PaneId) -> Option<String> {
         self.agents.lock().ok()?.get(&pane.0).cloned()
     }
@@ -204,6 +261,9 @@ impl Multiplexer for Herdr {
                     && let Ok(mut agents) = self.agents.lock()
                 {
                     agents.insert(pane.0.clone(), name);
+                    if let Ok(mut events) = self.events.lock() {
+                        events.renew = true;
+                    }
                 }
                 started.map(|_| ())
             }
@@ -256,6 +316,14 @@ impl Multiplexer for Herdr {
     }
 
     fn state(&self, pane: &PaneId) -> Result<PaneState, PaneError> {
+        if let Some(status) = self
+            .events
+            .lock()
+            .ok()
+            .and_then(|e| e.exited.get(&pane.0).copied())
+        {
+            return Ok(PaneState::Exited(status));
+        }
         let info = self
             .call("pane.get", json!({"pane_id": pane.0}))
             .map_err(|e| named(e, pane))?;
@@ -284,6 +352,11 @@ impl Multiplexer for Herdr {
             .map_err(|e| named(e, pane))
     }
 
+    fn blocked(&self, pane: &PaneId) -> Option<bool> {
+        let events = self.events.lock().ok()?;
+        events.status.get(&pane.0).map(|s| s == "blocked")
+    }
+
     fn list(&self) -> Result<Vec<PaneId>, PaneError> {
         let list = self.call("pane.list", json!({}))?;
         Ok(list
@@ -297,6 +370,135 @@ impl Multiplexer for Herdr {
                     .collect()
             })
             .unwrap_or_default())
+    }
+}
+
+/// One subscription: open, reconcile, then apply pushed events until the connection ends, a
+/// renewal is due (a new agent pane) or the backend stops. `Ok` when it ended on purpose.
+fn watch_events(
+    socket: &Path,
+    agents: &Mutex<HashMap<String, String>>,
+    events: &Mutex<Events>,
+    stop: &AtomicBool,
+) -> Result<(), ()> {
+    let mut stream = UnixStream::connect(socket).map_err(|_| ())?;
+    let mut subscriptions = vec![
+        json!({"type": "pane.exited"}),
+        json!({"type": "pane.closed"}),
+    ];
+    let panes: Vec<String> = agents
+        .lock()
+        .map(|a| a.keys().cloned().collect())
+        .unwrap_or_default();
+    subscriptions.extend(
+        panes
+            .iter()
+            .map(|p| json!({"type": "pane.agent_status_changed", "pane_id": p})),
+    );
+    let mut line = json!({"id": "fleetd-events", "method": "events.subscribe",
+                          "params": {"subscriptions": subscriptions}})
+    .to_string();
+    line.push('\n');
+    stream.write_all(line.as_bytes()).map_err(|_| ())?;
+    stream
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .map_err(|_| ())?;
+    let mut reader = BufReader::new(stream);
+    let mut ack = String::new();
+    reader.read_line(&mut ack).map_err(|_| ())?;
+    let acked: Value = serde_json::from_str(&ack).map_err(|_| ())?;
+    if acked.get("error").is_some() {
+        return Err(());
+    }
+    if let Ok(mut e) = events.lock() {
+        e.subscriptions += 1;
+        e.renew = false;
+    }
+    reconcile(socket, events);
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        if events.lock().is_ok_and(|e| e.renew) {
+            return Ok(());
+        }
+        let mut pushed = String::new();
+        match reader.read_line(&mut pushed) {
+            Ok(0) => return Err(()),
+            Ok(_) => apply(events, &pushed),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => return Err(()),
+        }
+    }
+}
+
+/// Applies one pushed event line.
+fn apply(events: &Mutex<Events>, line: &str) {
+    let Ok(event) = serde_json::from_str::<Value>(line) else {
+        return;
+    };
+    let data = event.get("data").cloned().unwrap_or(Value::Null);
+    let pane = data
+        .pointer("/pane/pane_id")
+        .or_else(|| data.get("pane_id"))
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let (Some(pane), Ok(mut e)) = (pane, events.lock()) else {
+        return;
+    };
+    match event
+        .get("event")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+    {
+        "pane_exited" | "pane.exited" => {
+            let status = data
+                .pointer("/pane/exit_code")
+                .or_else(|| data.get("exit_code"))
+                .and_then(Value::as_i64)
+                .and_then(|c| i32::try_from(c).ok())
+                .unwrap_or(-1);
+            e.exited.insert(pane, status);
+        }
+        "pane_closed" | "pane.closed" => {
+            e.exited.remove(&pane);
+            e.status.remove(&pane);
+        }
+        "pane_agent_status_changed" | "pane.agent_status_changed" => {
+            if let Some(status) = data.get("agent_status").and_then(Value::as_str) {
+                e.status.insert(pane, status.to_owned());
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Forgets what is known of panes herdr no longer lists.
+fn reconcile(socket: &Path, events: &Mutex<Events>) {
+    let listed = (|| {
+        let mut stream = UnixStream::connect(socket).ok()?;
+        stream.set_read_timeout(Some(TIMEOUT)).ok()?;
+        stream
+            .write_all(b"{\"id\":\"fleetd-reconcile\",\"method\":\"pane.list\",\"params\":{}}\n")
+            .ok()?;
+        let mut line = String::new();
+        BufReader::new(stream).read_line(&mut line).ok()?;
+        let reply: Value = serde_json::from_str(&line).ok()?;
+        let panes = reply.pointer("/result/panes")?.as_array()?;
+        Some(
+            panes
+                .iter()
+                .filter_map(|p| p.get("pane_id").and_then(Value::as_str).map(str::to_owned))
+                .collect::<std::collections::HashSet<_>>(),
+        )
+    })();
+    if let (Some(listed), Ok(mut e)) = (listed, events.lock()) {
+        e.status.retain(|pane, _| listed.contains(pane));
+        e.exited.retain(|pane, _| listed.contains(pane));
     }
 }
 

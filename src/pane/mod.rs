@@ -89,4 +89,9 @@ pub trait Multiplexer: Send + Sync {
     fn close(&self, pane: &PaneId) -> Result<(), PaneError>;
     /// Every pane on this multiplexer.
     fn list(&self) -> Result<Vec<PaneId>, PaneError>;
+    /// Whether the pane's agent waits for an answer, when the backend knows (herdr reports
+    /// `blocked`); `None`: look at the screen instead.
+    fn blocked(&self, _pane: &PaneId) -> Option<bool> {
+        None
+    }
 }
