@@ -41,6 +41,7 @@ struct World {
     /// Held `events.subscribe` connections.
     subscribers: Vec<std::os::unix::net::UnixStream>,
     subscriptions: Vec<Value>,
+    requests_for_get: u32,
 }
 
 impl World {
@@ -162,6 +163,21 @@ fn answer(world: &mut World, request: &Value, protocol: u64) -> Value {
             pane.typed.push_str(p["text"].as_str().unwrap_or_default());
             pane.typed.push('\n');
             ok(json!({"type": "agent_prompted", "agent": {"name": target}}))
+        }
+        "agent.get" => {
+            // Launch pending for the first two looks, then interactive-ready (herdr's settle).
+            world.requests_for_get += 1;
+            let target = p["target"].as_str().unwrap_or_default();
+            if !world
+                .panes
+                .values()
+                .any(|pane| pane.agent.as_deref() == Some(target))
+            {
+                return error("agent_not_found");
+            }
+            let ready = world.requests_for_get > 2;
+            ok(json!({"type": "agent_info", "agent": {"name": target,
+                "interactive_ready": ready, "launch_pending": !ready, "agent_status": if ready { "idle" } else { "unknown" }}}))
         }
         "pane.send_input" => {
             let Some(pane) = world.panes.get_mut(&pane_id) else {
@@ -335,4 +351,40 @@ fn the_event_subscription_follows_agents_and_survives_a_dropped_connection() {
     world.lock().unwrap().drop_subscribers();
     eventually("reconnected again", || herdr.subscriptions() > before);
     eventually("forgotten", || herdr.blocked(&agent).is_none());
+}
+
+#[test]
+fn the_spawn_gate_waits_for_herdrs_interactive_ready() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("herdr.sock");
+    let world = serve(&socket, 20);
+    let herdr = std::sync::Arc::new(Herdr::open(&socket).unwrap());
+    let policy_dir = dir.path().join("policy");
+    std::fs::create_dir(&policy_dir).unwrap();
+    std::fs::write(
+        policy_dir.join("p.toml"),
+        format!(
+            "[profile.worker]\ndescription = \"An agent herdr knows.\"\nargv = [\"/usr/local/bin/claude\"]\n\
+             roots = [\"{}\"]\nmax_instances = 1\n[profile.worker.ready]\ntimeout_secs = 10\n\
+             [[grant]]\nid = \"g\"\ndescription = \"test\"\nfleets = [\"f\"]\nhosts = [\"h\"]\nprofiles = [\"worker\"]\n",
+            dir.path().display()
+        ),
+    )
+    .unwrap();
+    let (policy, diagnostics) = fleetd::policy::load_dir(&policy_dir);
+    let policy = policy.unwrap_or_else(|_| panic!("{diagnostics:?}"));
+    let spawner = fleetd::spawn::Spawner::new(herdr);
+    let request = fleetd::policy::Request::from_value(
+        &json!({"origin": {"fleet": "f", "host": "h"}, "profile": "worker"}),
+    )
+    .unwrap();
+    let outcome = spawner.spawn(&policy, &request, &|_| Err("no secrets here".to_owned()));
+    assert!(
+        matches!(outcome, fleetd::spawn::Outcome::Started { .. }),
+        "{outcome:?}"
+    );
+    assert!(
+        world.lock().unwrap().requests_for_get >= 3,
+        "the gate asked herdr until the agent was interactive-ready"
+    );
 }

@@ -166,6 +166,29 @@ fn a_granted_profile_starts_ready_with_its_secret_and_refusals_carry_reasons() {
         "{failed}"
     );
 
+    // A request variable the grant does not allow never reaches a pane: nothing is launched.
+    let panes = tmux.panes().len();
+    let (ok, refused) = host.spawn_cli(&[
+        "--profile",
+        "worker",
+        "--env",
+        &format!("EXTRA={canary}-env"),
+    ]);
+    assert!(!ok && refused.contains("refused"), "{refused}");
+    assert_eq!(tmux.panes().len(), panes);
+    assert!(!tmux.shown().contains(&format!("{canary}-env")));
+
+    // The granted secret reaches no MCP output: a message carrying it arrives redacted.
+    let (_, _) = host.send(&primary, &agent, &format!("I saw {canary} in my env"));
+    let mut mcp = common::mcp::Session::start(&host);
+    mcp.initialize();
+    let (pulled, _) = mcp.tool("inbox_pull", serde_json::json!({"wait_secs": 5}));
+    assert!(pulled.to_string().contains("I saw [redacted"), "{pulled}");
+    assert!(
+        !mcp.transcript.contains(&canary),
+        "the secret reached MCP output"
+    );
+
     let audit = std::fs::read_to_string(host.state_dir().join("audit.jsonl")).unwrap();
     for event in [
         "spawn.started",

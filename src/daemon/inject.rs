@@ -82,6 +82,8 @@ fn inject_round(
         }
         if let Some(reason) = block_reason(mux, &pane) {
             stuck.insert(agent);
+            // The roster says why its messages wait.
+            courier.set_status(agent, "blocked");
             if blocked.insert(message.id) {
                 warn!(msg.id = %message.id, agent.id = %agent, %reason, "message held: its pane agent is blocked");
                 record(&[(
@@ -98,6 +100,7 @@ fn inject_round(
             continue;
         }
         blocked.remove(&message.id);
+        courier.set_status(agent, "ready");
         match courier.injected(message.id) {
             Ok(_) => {
                 info!(msg.id = %message.id, agent.id = %agent, "message typed into its pane");

@@ -357,6 +357,19 @@ impl Multiplexer for Herdr {
         events.status.get(&pane.0).map(|s| s == "blocked")
     }
 
+    fn ready(&self, pane: &PaneId) -> Option<Result<bool, PaneError>> {
+        let agent = self.agent_of(pane)?;
+        Some(
+            self.call("agent.get", json!({"target": agent}))
+                .map(|info| {
+                    info.pointer("/agent/interactive_ready")
+                        .and_then(Value::as_bool)
+                        .unwrap_or(false)
+                })
+                .map_err(|e| named(e, pane)),
+        )
+    }
+
     fn list(&self) -> Result<Vec<PaneId>, PaneError> {
         let list = self.call("pane.list", json!({}))?;
         Ok(list

@@ -94,4 +94,9 @@ pub trait Multiplexer: Send + Sync {
     fn blocked(&self, _pane: &PaneId) -> Option<bool> {
         None
     }
+    /// Whether the pane's agent is interactive-ready, when the backend knows (herdr's
+    /// `agent.get` `interactive_ready`); `None`: use the profile's ready pattern.
+    fn ready(&self, _pane: &PaneId) -> Option<Result<bool, PaneError>> {
+        None
+    }
 }

@@ -171,10 +171,15 @@ impl Spawner {
                 .mux
                 .read(pane, GATE_LINES)
                 .map_err(|e| format!("readiness: {e}"))?;
-            let ready = match &profile.ready.pattern {
-                Some(pattern) => shown.lines().any(|line| pattern.is_match(line)),
-                None => true,
+            // herdr knows when its agent is interactive-ready; tmux needs the profile's pattern.
+            let ready = match (self.mux.ready(pane), &profile.ready.pattern) {
+                (Some(known), _) => known.map_err(|e| format!("readiness: {e}"))?,
+                (None, Some(pattern)) => shown.lines().any(|line| pattern.is_match(line)),
+                (None, None) => true,
             };
+            if !ready && self.mux.blocked(pane) == Some(true) && !profile.ready.accept_dialogs {
+                return Err("blocked by a startup dialog (the multiplexer reports it; not accepted by the profile)".to_owned());
+            }
             if ready {
                 return Ok(());
             }

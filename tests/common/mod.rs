@@ -11,6 +11,8 @@
     reason = "shared test helpers; each includer uses part"
 )]
 
+pub mod mcp;
+
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
