@@ -23,7 +23,7 @@ use common::{Host, TmuxServer, one_fleet, wait_for};
 
 fn policy(host: &Host, fleet: &str) {
     let work = host.work_dir();
-    let agent = "echo token-length:${#TOKEN}; echo mode:$MODE; echo 'agent> ready'; \
+    let agent = "echo token-length:${#TOKEN}; echo envtok-length:${#ENVTOK}; echo mode:$MODE; echo 'agent> ready'; \
                  while read -r line; do echo \"got:[$line]\"; \
                  case \"$line\" in *please-ask*) echo 'Allow this command? (y/n)';; esac; done";
     let dialog = "echo 'Do you trust the files in this folder? (y/n)'; sleep 30";
@@ -35,7 +35,7 @@ fn policy(host: &Host, fleet: &str) {
 description = "A scripted agent with a prompt."
 argv = ["/bin/sh", "-c", '''{agent}''']
 roots = ["{work}"]
-secrets = {{ TOKEN = "credential:worker-token" }}
+secrets = {{ TOKEN = "credential:worker-token", ENVTOK = "env:FLEETD_ENV_TOKEN" }}
 max_instances = 2
 
 [profile.worker.ready]
@@ -90,7 +90,18 @@ fn a_granted_profile_starts_ready_with_its_secret_and_refusals_carry_reasons() {
     std::fs::write(host.dir.join("credentials/worker-token"), &canary).unwrap();
     policy(&host, &fleet);
     let tmux = TmuxServer::start(nonce);
-    let (child, log) = host.start_with(&fleet, &password, &[], &[], &tmux.config_line(), "");
+    let env_canary = format!("env-canary-{nonce:x}-qq");
+    let (child, log) = host.start_with_env(
+        &fleet,
+        &password,
+        &[],
+        &[],
+        (
+            &tmux.config_line(),
+            "[secrets.env-token]\nenv = \"FLEETD_ENV_TOKEN\"\n",
+        ),
+        &[("FLEETD_ENV_TOKEN", &env_canary)],
+    );
     cleanup.children.push(child);
     let mut seen = String::new();
     wait_for(&log, &mut seen, &["fleetd ready"], Duration::from_secs(20));
@@ -110,7 +121,9 @@ fn a_granted_profile_starts_ready_with_its_secret_and_refusals_carry_reasons() {
     let agent = reply["agent"].as_str().unwrap().to_owned();
     let shown = tmux.shown();
     assert!(
-        shown.contains(&format!("token-length:{}", canary.len())) && shown.contains("mode:fast"),
+        shown.contains(&format!("token-length:{}", canary.len()))
+            && shown.contains(&format!("envtok-length:{}", env_canary.len()))
+            && shown.contains("mode:fast"),
         "the secret and the allowed variable reach the pane: {shown}"
     );
     let roster = host.api(&serde_json::json!({"op": "roster"})).to_string();
@@ -208,6 +221,10 @@ fn a_granted_profile_starts_ready_with_its_secret_and_refusals_carry_reasons() {
         ("reply", &reply.to_string()),
     ] {
         assert!(!text.contains(&canary), "the secret reached the {place}");
+        assert!(
+            !text.contains(&env_canary),
+            "the env secret reached the {place}"
+        );
     }
     host.cli(&[
         "audit",

@@ -32,6 +32,9 @@ pub struct Gateway {
     pub record: Recorder,
     /// Every output path's redactor: secrets resolved for panes are registered with it.
     pub scrubber: crate::scrub::Scrubber,
+    /// Secrets this daemon read from its environment at start (variable name → value), for
+    /// profiles' `env:NAME` references.
+    pub env_secrets: std::collections::BTreeMap<String, SecretString>,
 }
 
 impl Router for Gateway {
@@ -139,7 +142,15 @@ impl Gateway {
         };
         let policy = self.policy.current();
         let resolve = |reference: &SecretRef| {
-            let value = secret_value(reference)?;
+            let value = match reference {
+                SecretRef::Env(var) => self.env_secrets.get(var).cloned().ok_or_else(|| {
+                    format!(
+                        "`env:{var}` is not a secret this daemon read at start (declare it in \
+                         fleetd.toml: [secrets.NAME] env = \"{var}\")"
+                    )
+                })?,
+                other => secret_value(other)?,
+            };
             // From now on no log line, audit record or reply can carry it.
             let _ = self.scrubber.register(&reference.to_string(), &value);
             Ok(value)
@@ -354,8 +365,10 @@ fn secret_value(reference: &SecretRef) -> Result<SecretString, String> {
     let (keyring, name) = match reference {
         SecretRef::Credential(name) => (false, name),
         SecretRef::Keyring(name) => (true, name),
-        SecretRef::Env(_) => {
-            return Err("not yet supported: `env:` secret references in profiles".to_owned());
+        SecretRef::Env(var) => {
+            return Err(format!(
+                "`env:{var}` is resolved from the daemon's start-up secrets"
+            ));
         }
     };
     let name = SecretName::new(name).map_err(|e| e.to_string())?;

@@ -186,6 +186,13 @@ pub async fn run(
                 policy: policy.clone(),
                 record: recorder(Arc::clone(&audit)),
                 scrubber: scrubber.clone(),
+                env_secrets: secrets
+                    .iter()
+                    .filter_map(|s| match &s.source {
+                        crate::secret::Source::Env(var) => Some((var.clone(), s.value.clone())),
+                        _ => None,
+                    })
+                    .collect(),
             });
             tasks.spawn(gateway::serve_spawns(Arc::clone(&gateway), stopped.clone()));
             tasks.spawn(leads::supervise(

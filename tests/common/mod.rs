@@ -199,6 +199,19 @@ impl Host {
         top: &str,
         tail: &str,
     ) -> (Child, mpsc::Receiver<String>) {
+        self.start_with_env(fleet, password, admit, peers, (top, tail), &[])
+    }
+
+    /// [`Host::start_with`] with extra environment variables for the daemon.
+    pub fn start_with_env(
+        &self,
+        fleet: &str,
+        password: &str,
+        admit: &[&str],
+        peers: &[(&Host, &str)],
+        (top, tail): (&str, &str),
+        env: &[(&str, &str)],
+    ) -> (Child, mpsc::Receiver<String>) {
         let admit: Vec<String> = admit.iter().map(|f| format!("\"{f}\"")).collect();
         let pins: String = peers
             .iter()
@@ -230,7 +243,8 @@ impl Host {
             .env(
                 "FLEETD_T_URI",
                 format!("amqp://{fleet}:{password}@127.0.0.1:5672/%2F{fleet}"),
-            );
+            )
+            .envs(env.iter().copied());
         spawn_logged(command)
     }
 
