@@ -232,6 +232,38 @@ impl Multiplexer for Tmux {
 
     fn state(&self, pane: &PaneId) -> Result<PaneState, PaneError> {
         valid_pane(pane)?;
+        // tmux marks a pane dead when its terminal closes, which can come a moment before the
+        // process is reaped and its status known: ask again briefly before saying "unknown".
+        for attempt in 0..10 {
+            let (dead, status) = self.pane_fields(pane)?;
+            match (dead, status) {
+                (false, _) => return Ok(PaneState::Running),
+                (true, Some(status)) => return Ok(PaneState::Exited(status)),
+                (true, None) if attempt < 9 => std::thread::sleep(Duration::from_millis(50)),
+                (true, None) => break,
+            }
+        }
+        Ok(PaneState::Exited(-1))
+    }
+
+    fn close(&self, pane: &PaneId) -> Result<(), PaneError> {
+        self.on_pane("kill-pane", pane, &["kill-pane", "-t", &pane.0], b"")
+            .map(|_| ())
+    }
+
+    fn list(&self) -> Result<Vec<PaneId>, PaneError> {
+        let out = self.run("list-panes", &["list-panes", "-a", "-F", "#{pane_id}"], b"")?;
+        Ok(out
+            .lines()
+            .filter(|l| l.starts_with('%'))
+            .map(|l| PaneId(l.trim().to_owned()))
+            .collect())
+    }
+}
+
+impl Tmux {
+    /// Whether `pane` is dead, and its exit status once tmux knows it.
+    fn pane_fields(&self, pane: &PaneId) -> Result<(bool, Option<i32>), PaneError> {
         // `display-message -t` on a missing pane prints nothing and succeeds: list instead.
         let out = self.run(
             "list-panes",
@@ -248,26 +280,8 @@ impl Multiplexer for Tmux {
             .find(|l| l.split_whitespace().next() == Some(pane.0.as_str()))
             .ok_or_else(|| PaneError::NoPane(pane.clone()))?;
         let mut fields = line.split_whitespace().skip(1);
-        match (fields.next(), fields.next()) {
-            (Some("1"), status) => Ok(PaneState::Exited(
-                status.and_then(|s| s.parse().ok()).unwrap_or(-1),
-            )),
-            _ => Ok(PaneState::Running),
-        }
-    }
-
-    fn close(&self, pane: &PaneId) -> Result<(), PaneError> {
-        self.on_pane("kill-pane", pane, &["kill-pane", "-t", &pane.0], b"")
-            .map(|_| ())
-    }
-
-    fn list(&self) -> Result<Vec<PaneId>, PaneError> {
-        let out = self.run("list-panes", &["list-panes", "-a", "-F", "#{pane_id}"], b"")?;
-        Ok(out
-            .lines()
-            .filter(|l| l.starts_with('%'))
-            .map(|l| PaneId(l.trim().to_owned()))
-            .collect())
+        let dead = fields.next() == Some("1");
+        Ok((dead, fields.next().and_then(|s| s.parse().ok())))
     }
 }
 
