@@ -55,6 +55,8 @@ const KINDS: &[&str] = &[
     "maki",
 ];
 const TIMEOUT: Duration = Duration::from_secs(5);
+/// How often the subscription's state is checked against `pane.list`.
+const RECONCILE_EVERY: Duration = Duration::from_secs(5);
 
 /// A herdr server reached over its socket.
 #[derive(Debug)]
@@ -428,9 +430,15 @@ fn watch_events(
         e.renew = false;
     }
     reconcile(socket, events);
+    let mut reconciled = std::time::Instant::now();
     loop {
         if stop.load(Ordering::Relaxed) {
             return Ok(());
+        }
+        // Events can be missed (herdr's ring is bounded): reconcile every few seconds too.
+        if reconciled.elapsed() >= RECONCILE_EVERY {
+            reconcile(socket, events);
+            reconciled = std::time::Instant::now();
         }
         if events.lock().is_ok_and(|e| e.renew) {
             return Ok(());
