@@ -295,20 +295,7 @@ impl Gateway {
             return;
         };
         for (held, body) in waiting {
-            let mut fields = serde_json::Map::new();
-            fields.insert(
-                "origin".to_owned(),
-                json!({"fleet": held.origin.fleet, "host": held.origin.host}),
-            );
-            fields.insert("profile".to_owned(), json!(body.profile));
-            fields.insert("env".to_owned(), json!(body.env));
-            if let Some(cwd) = &body.cwd {
-                fields.insert("cwd".to_owned(), json!(cwd));
-            }
-            if let Some(label) = &body.label {
-                fields.insert("label".to_owned(), json!(label));
-            }
-            let request = Request::from_value(&Value::Object(fields));
+            let request = checked_request(&held.origin, &body);
             let reply = match request {
                 Ok(request) => match self.run_spawn(&request, Some(held.id)) {
                     Ok((reply, _)) => reply,
@@ -334,6 +321,28 @@ impl Gateway {
             }
         }
     }
+}
+
+/// The policy request for spawn request `body` from `origin`, checked as any request is (names,
+/// values, cwd); the origin is the authenticated one, never a field of the body.
+pub fn checked_request(
+    origin: &Party,
+    body: &SpawnRequest,
+) -> Result<Request, crate::policy::RequestError> {
+    let mut fields = serde_json::Map::new();
+    fields.insert(
+        "origin".to_owned(),
+        json!({"fleet": origin.fleet, "host": origin.host}),
+    );
+    fields.insert("profile".to_owned(), json!(body.profile));
+    fields.insert("env".to_owned(), json!(body.env));
+    if let Some(cwd) = &body.cwd {
+        fields.insert("cwd".to_owned(), json!(cwd));
+    }
+    if let Some(label) = &body.label {
+        fields.insert("label".to_owned(), json!(label));
+    }
+    Request::from_value(&Value::Object(fields))
 }
 
 fn failed_reply(request: Uuid, reason: String) -> SpawnReply {

@@ -8,16 +8,15 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use super::gateway::Gateway;
+use super::gateway::{Gateway, checked_request};
 use crate::broker::link::backoff;
 use crate::config::Lead;
 use crate::pane::{PaneError, PaneId, PaneState};
-use crate::policy::Request;
-use crate::wire::SpawnOutcome;
+use crate::wire::{SpawnOutcome, SpawnRequest};
 
 /// Longest wait between relaunch attempts.
 const BACKOFF_CAP: Duration = Duration::from_secs(60);
@@ -105,19 +104,14 @@ fn check(gateway: &Gateway, lead: &Lead, watch: &mut Watch) {
     if let Some(pane) = &pane {
         let _ = spawner.mux().close(pane);
     }
-    let me = courier.me();
-    let mut fields = serde_json::Map::new();
-    fields.insert(
-        "origin".to_owned(),
-        json!({"fleet": me.fleet, "host": me.host}),
-    );
-    fields.insert("profile".to_owned(), json!(lead.profile));
-    fields.insert("env".to_owned(), json!(lead.env));
-    fields.insert("label".to_owned(), json!(lead.name));
-    if let Some(cwd) = &lead.cwd {
-        fields.insert("cwd".to_owned(), json!(cwd));
-    }
-    let outcome = Request::from_value(&Value::Object(fields))
+    let body = SpawnRequest {
+        v: crate::wire::VERSION,
+        profile: lead.profile.clone(),
+        env: lead.env.clone(),
+        cwd: lead.cwd.clone(),
+        label: Some(lead.name.clone()),
+    };
+    let outcome = checked_request(&courier.me(), &body)
         .map_err(|e| e.to_string())
         .and_then(|request| gateway.run_spawn(&request, None));
     match outcome {

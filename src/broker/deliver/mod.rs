@@ -243,28 +243,7 @@ impl Courier {
     /// A held message was typed into its agent's pane: it leaves the held store and its sender
     /// learns it was delivered (a receipt, or this host's own record), in one transaction.
     pub fn injected(&self, id: Uuid) -> Result<bool, CourierError> {
-        let Some(bytes) = self.state.held_get(id)? else {
-            return Ok(false);
-        };
-        let Ok(held) = serde_json::from_slice::<Held>(&bytes) else {
-            return Ok(self.state.held_ack_with(id, None, None)?);
-        };
-        if held.origin == self.me() {
-            let moved = self
-                .state
-                .delivery_get(id)?
-                .and_then(|b| Tracked::decode(&b))
-                .map(|t| t.moved(DeliveryState::Delivered, None, now_ms()).encode());
-            return Ok(self
-                .state
-                .held_ack_with(id, None, moved.as_deref().map(|m| (id, m)))?);
-        }
-        let receipt = self.receipt(held.origin, id, DeliveryState::Delivered, None);
-        let done = self
-            .state
-            .held_ack_with(id, Some((receipt.0, receipt.1.as_slice())), None)?;
-        self.outbox_ready.notify_one();
-        Ok(done)
+        self.release_held(id, DeliveryState::Delivered)
     }
 
     /// Where an envelope for `dest` (agent `agent`, if it is for one) is published: an agent of
@@ -484,6 +463,13 @@ impl Courier {
     /// Acknowledges a held message: it is not offered again, and its sender learns it was
     /// acknowledged (a receipt queued in the same transaction). `false` when it was not held.
     pub fn ack(&self, id: Uuid) -> Result<bool, CourierError> {
+        self.release_held(id, DeliveryState::Acknowledged)
+    }
+
+    /// Takes message `id` out of the held store and tells its sender it reached `state`, in one
+    /// transaction: this host's own delivery record moves, or an agent message from another host
+    /// gets a receipt. `false` when it was not held.
+    fn release_held(&self, id: Uuid, state: DeliveryState) -> Result<bool, CourierError> {
         let Some(bytes) = self.state.held_get(id)? else {
             return Ok(false);
         };
@@ -494,21 +480,18 @@ impl Courier {
                 .state
                 .delivery_get(id)?
                 .and_then(|b| Tracked::decode(&b))
-                .map(|t| {
-                    t.moved(DeliveryState::Acknowledged, None, now_ms())
-                        .encode()
-                });
+                .map(|t| t.moved(state, None, now_ms()).encode());
             return Ok(self
                 .state
                 .held_ack_with(id, None, moved.as_deref().map(|m| (id, m)))?);
         }
         let receipt = match (&held, origin) {
             (Some(h), Some(origin)) if h.kind == Kind::AgentMessage.as_str() => {
-                Some(self.receipt(origin, id, DeliveryState::Acknowledged, None))
+                Some(self.receipt(origin, id, state, None))
             }
             _ => None,
         };
-        let acked = self.state.held_ack_with(
+        let released = self.state.held_ack_with(
             id,
             receipt
                 .as_ref()
@@ -518,7 +501,7 @@ impl Courier {
         if receipt.is_some() {
             self.outbox_ready.notify_one();
         }
-        Ok(acked)
+        Ok(released)
     }
 
     /// A message's delivery record, if this host sent it.
