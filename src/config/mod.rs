@@ -101,8 +101,10 @@ pub struct Config {
     pub paths: Paths,
     /// The multiplexer backend.
     pub multiplexer: Multiplexer,
-    /// The tmux server's socket name (`tmux -L NAME`, `tmux_socket`, default `fleetd`); the
-    /// server runs on its own (deploy/fleetd-tmux@.service), never started by fleetd.
+    /// The tmux server's socket: a name (`tmux -L NAME`, default `fleetd`) or an absolute path
+    /// (`tmux -S PATH`, as under the systemd unit, whose private /tmp hides tmux's default
+    /// directory); the server runs on its own (deploy/fleetd-tmux@.service), never started by
+    /// fleetd.
     pub tmux_socket: String,
     /// Log format.
     pub log_format: LogFormat,

@@ -259,10 +259,14 @@ fn check(raw: RawConfig, path: &Path, text: &str) -> Result<Config, Vec<Diagnost
         };
     }
     if let Some(socket) = raw.tmux_socket {
-        if !valid_label(socket.get_ref(), false) {
+        let value = socket.get_ref();
+        let path_ok = value.starts_with('/')
+            && !value.split('/').any(|part| part == "..")
+            && !value.chars().any(char::is_control);
+        if !path_ok && !valid_label(value, false) {
             bad(
                 socket.span(),
-                "`tmux_socket` is a tmux socket name (`tmux -L NAME`: lowercase letters, digits, `_`, `-`)"
+                "`tmux_socket` is a tmux socket name (`tmux -L NAME`: lowercase letters, digits, `_`, `-`) or an absolute socket path (`tmux -S PATH`)"
                     .to_owned(),
             );
         }

@@ -151,7 +151,7 @@ pub async fn run(
             api_state.roster = Some(Arc::clone(&roster));
             let spawner = match config.multiplexer {
                 crate::config::Multiplexer::Tmux => Some(Arc::new(Spawner::new(Arc::new(
-                    Tmux::new(Socket::Name(config.tmux_socket.clone()), "fleetd"),
+                    Tmux::new(tmux_socket(&config.tmux_socket), "fleetd"),
                 )))),
                 crate::config::Multiplexer::Herdr => {
                     let opened = crate::pane::herdr::socket_path()
@@ -280,6 +280,15 @@ pub async fn run(
     }
     info!("fleetd stopped");
     Ok(())
+}
+
+/// `tmux_socket` from the config: an absolute path is `tmux -S`, anything else `tmux -L`.
+fn tmux_socket(value: &str) -> Socket {
+    if value.starts_with('/') {
+        Socket::Path(value.into())
+    } else {
+        Socket::Name(value.to_owned())
+    }
 }
 
 /// Ticks the roster every second: silent peers become suspect, then are reaped.

@@ -12,6 +12,7 @@
 )]
 
 pub mod mcp;
+pub mod syscalls;
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
