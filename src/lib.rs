@@ -24,6 +24,7 @@ pub mod pane;
 pub mod policy;
 pub mod roster;
 pub mod route;
+pub mod sandbox;
 pub mod scrub;
 pub mod secret;
 pub mod spawn;

@@ -45,6 +45,8 @@ pub struct ApiState {
     pub router: Option<Arc<dyn Router>>,
     /// Every reply passes through it (the daemon's scrubber, with its held secrets).
     pub scrubber: Option<crate::scrub::Scrubber>,
+    /// What the self-sandbox enforces (`sandbox: …`).
+    pub sandbox: String,
 }
 
 /// Why the socket could not be served.
@@ -158,6 +160,7 @@ fn answer(request: &Value, state: &ApiState) -> Value {
         Some("status") => json!({
             "host": state.host,
             "broker": state.link.as_ref().map_or("broker: not configured (single-host mode)".to_owned(), |l| l.borrow().to_string()),
+            "sandbox": state.sandbox,
         }),
         Some("roster") => match &state.roster {
             Some(roster) => match roster.lock() {

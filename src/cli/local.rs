@@ -106,6 +106,7 @@ pub(super) fn status(config: Option<&Path>, json_out: bool, out: &Output) -> Exi
         vec![
             format!("host: {}", reply["host"].as_str().unwrap_or("?")),
             reply["broker"].as_str().unwrap_or("broker: ?").to_owned(),
+            reply["sandbox"].as_str().unwrap_or("sandbox: ?").to_owned(),
         ]
     })
 }

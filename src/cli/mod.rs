@@ -11,6 +11,7 @@ mod local;
 mod output;
 mod policy;
 mod run;
+mod sandbox;
 mod scrub;
 mod secret;
 
@@ -81,6 +82,9 @@ pub enum Command {
     /// Broker: least-privilege grants and the contract suite.
     #[command(subcommand)]
     Broker(broker::BrokerCommand),
+    /// The Landlock self-sandbox: probe what `fleetd run` may reach.
+    #[command(subcommand)]
+    Sandbox(sandbox::SandboxCommand),
     /// This host's signing key: create it, show its public half.
     #[command(subcommand)]
     Key(key::KeyCommand),
@@ -220,6 +224,7 @@ pub fn main() -> ExitCode {
         Command::Policy(ref command) => policy::run(command, cli.config.as_deref(), &out),
         Command::Broker(ref command) => broker::run(command, cli.config.as_deref(), &out),
         Command::Key(ref command) => key::run(command, cli.config.as_deref(), &out),
+        Command::Sandbox(ref command) => sandbox::run(command, cli.config.as_deref(), &out),
         Command::Audit(ref command) => audit::run(command, cli.config.as_deref(), &out),
         Command::Status { json } => local::status(cli.config.as_deref(), json, &out),
         Command::Roster { json } => local::roster(cli.config.as_deref(), json, &out),

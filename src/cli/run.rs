@@ -8,6 +8,7 @@ use crate::config::{Config, LogFormat};
 use crate::daemon;
 use crate::daemon::policy::{PolicyHandle, StartError};
 use crate::policy::Severity;
+use crate::sandbox::{self, Level, Plan};
 use crate::scrub::Scrubber;
 use crate::secret;
 
@@ -21,6 +22,11 @@ pub(super) fn run(
         Ok(config) => config, // files only: no sockets, no threads
         Err(error) => return super::config_check::report(&error, out),
     };
+    // Files only others may change would let them decide what this host runs.
+    if let Some(Err(error)) = config.file.as_deref().map(crate::config::refuse_writable) {
+        out.error(&error);
+        return exit::code(exit::FAILED);
+    }
     let policy = match PolicyHandle::load(&config.paths.policy) {
         Ok(policy) => policy, // an invalid policy: refuse to start
         Err(error) => {
@@ -35,6 +41,8 @@ pub(super) fn run(
             return exit::code(exit::FAILED);
         }
     };
+    // Files fleetd creates are its own alone, whatever umask it was started with.
+    rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
     // Environment secrets are erased from the process environment while no thread exists.
     let secrets = match secret::resolve_all(&config.secrets) {
         Ok(secrets) => secrets,
@@ -66,11 +74,25 @@ pub(super) fn run(
         out.error(&error);
         return exit::code(exit::FAILED);
     }
+    // Confine the process while it is still one thread: the runtime's workers inherit it.
+    let plan = Plan::for_daemon(&config, broker_port(&secrets));
+    let sandbox = match sandbox::apply(&plan, config.sandbox) {
+        Ok(enforced) => enforced,
+        Err(error) => {
+            tracing::error!(%error, "fleetd refuses to start");
+            out.error(&error);
+            return exit::code(exit::FAILED);
+        }
+    };
+    match sandbox.level {
+        Level::Full => tracing::info!(%sandbox, "sandbox applied"),
+        _ => tracing::warn!(%sandbox, "sandbox not fully enforced"),
+    }
     let runtime = match super::runtime(&mut tokio::runtime::Builder::new_multi_thread(), &out) {
         Ok(runtime) => runtime,
         Err(code) => return code,
     };
-    match runtime.block_on(daemon::run(config, secrets, policy, scrubber)) {
+    match runtime.block_on(daemon::run(config, secrets, policy, scrubber, sandbox)) {
         Ok(()) => exit::code(exit::OK),
         Err(error) => {
             tracing::error!(%error, "fleetd failed");
@@ -78,4 +100,13 @@ pub(super) fn run(
             exit::code(exit::FAILED)
         }
     }
+}
+
+/// The broker's TCP port, from the resolved broker URI secret (the sandbox allows only it).
+pub(super) fn broker_port(secrets: &[secret::Resolved]) -> Option<u16> {
+    secrets
+        .iter()
+        .find(|s| s.name.as_str() == secret::BROKER_URI)
+        .and_then(|s| secret::BrokerUri::parse(&s.value).ok())
+        .map(|uri| uri.port)
 }

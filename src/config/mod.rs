@@ -34,6 +34,19 @@ pub enum Multiplexer {
     Herdr,
 }
 
+/// How strictly fleetd confines itself with Landlock (`sandbox`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SandboxMode {
+    /// Everything the kernel supports; what was enforced is logged and shown by `fleetd status`.
+    #[default]
+    BestEffort,
+    /// Refuse to start unless every restriction is enforced.
+    Required,
+    /// No self-sandbox (debugging only; logged as a warning).
+    Off,
+}
+
 /// How log events are written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -106,6 +119,8 @@ pub struct Config {
     /// directory); the server runs on its own (deploy/fleetd-tmux@.service), never started by
     /// fleetd.
     pub tmux_socket: String,
+    /// The Landlock self-sandbox.
+    pub sandbox: SandboxMode,
     /// Log format.
     pub log_format: LogFormat,
     /// Log filter (`info`, `fleetd=debug`, …).
@@ -132,6 +147,45 @@ pub struct Lead {
     pub env: std::collections::BTreeMap<String, String>,
     /// Working directory relative to the profile's first root.
     pub cwd: Option<String>,
+}
+
+/// A file or directory that someone other than its owner (and root) may change.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "`{}` is {who}-writable (mode {mode:04o}): whoever can change it controls fleetd; fleetd refuses it (`chmod go-w {}`)",
+    .path.display(),
+    .path.display()
+)]
+pub struct WritableError {
+    /// The file or directory.
+    pub path: PathBuf,
+    /// Its permission bits.
+    pub mode: u32,
+    /// `group` or `world`.
+    pub who: &'static str,
+}
+
+/// Refuses `path` when its group or others may write it (a config file, the policy directory
+/// or a policy file: each decides what other hosts may make this one run). A missing path is
+/// not an error here: loading reports it.
+pub fn refuse_writable(path: &Path) -> Result<(), WritableError> {
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(metadata) = std::fs::metadata(path) else {
+        return Ok(());
+    };
+    let mode = metadata.permissions().mode() & 0o7777;
+    let who = if mode & 0o002 != 0 {
+        "world"
+    } else if mode & 0o020 != 0 {
+        "group"
+    } else {
+        return Ok(());
+    };
+    Err(WritableError {
+        path: path.to_owned(),
+        mode,
+        who,
+    })
 }
 
 /// Errors from loading the configuration.
@@ -200,6 +254,7 @@ impl Config {
             broker: BrokerSettings::default(),
             paths: default_paths(),
             multiplexer: Multiplexer::Tmux,
+            sandbox: SandboxMode::default(),
             tmux_socket: "fleetd".to_owned(),
             log_format: LogFormat::Text,
             log_level: "info".to_owned(),

@@ -10,7 +10,7 @@ use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
 use super::diag::{Diagnostic, without_values};
-use super::{Config, Lead, LogFormat, Multiplexer, Paths, secret_specs};
+use super::{Config, Lead, LogFormat, Multiplexer, Paths, SandboxMode, secret_specs};
 use crate::broker::topology::QueueType;
 use crate::scrub;
 use crate::secret::{SecretName, SecretSpec};
@@ -25,6 +25,7 @@ struct RawConfig {
     paths: Option<RawPaths>,
     multiplexer: Option<Multiplexer>,
     tmux_socket: Option<Spanned<String>>,
+    sandbox: Option<SandboxMode>,
     log: Option<RawLog>,
     #[serde(default)]
     secrets: BTreeMap<Spanned<String>, RawSecret>,
@@ -274,6 +275,9 @@ fn check(raw: RawConfig, path: &Path, text: &str) -> Result<Config, Vec<Diagnost
     }
     if let Some(multiplexer) = raw.multiplexer {
         config.multiplexer = multiplexer;
+    }
+    if let Some(sandbox) = raw.sandbox {
+        config.sandbox = sandbox;
     }
     if let Some(log) = raw.log {
         config.log_format = log.format.unwrap_or(config.log_format);

@@ -12,6 +12,7 @@ pub mod gateway;
 pub mod inject;
 pub mod leads;
 pub mod log;
+pub mod notify;
 pub mod policy;
 
 use tokio::signal::unix::{SignalKind, signal};
@@ -32,6 +33,7 @@ use crate::config::Config;
 use crate::config::HOST_KEY;
 use crate::pane::tmux::{Socket, Tmux};
 use crate::roster::{HostId, Roster};
+use crate::sandbox::Enforced;
 use crate::scrub::Scrubber;
 use crate::secret::{BROKER_URI, BrokerUri, Resolved, hardening_state};
 use crate::spawn::Spawner;
@@ -76,6 +78,7 @@ pub async fn run(
     secrets: Vec<Resolved>,
     policy: PolicyHandle,
     scrubber: Scrubber,
+    sandbox: Enforced,
 ) -> Result<(), RunError> {
     let (stop, stopped) = watch::channel(false);
     let mut tasks = JoinSet::new();
@@ -83,6 +86,7 @@ pub async fn run(
     let mut api_state = ApiState {
         host: config.host.clone(),
         scrubber: Some(scrubber.clone()),
+        sandbox: sandbox.to_string(),
         ..ApiState::default()
     };
     let broker = secrets.iter().find(|s| s.name.as_str() == BROKER_URI);
@@ -237,6 +241,7 @@ pub async fn run(
         info!(secret.name = %secret.name, secret.source = %secret.source, "secret loaded");
     }
     info!(api.socket = %config.paths.runtime.join(api::SOCKET).display(), "local api listening");
+    let roster_view = api_state.roster.clone();
     tasks.spawn(api::serve(listener, api_state, stopped.clone()));
     policy.log_loaded();
     let mut terminate = signal(SignalKind::terminate()).map_err(RunError::Signals)?;
@@ -248,8 +253,22 @@ pub async fn run(
         config = %config.file.as_ref().map_or("embedded defaults".to_owned(), |p| p.display().to_string()),
         "fleetd ready"
     );
+    let notifier = notify::Notifier::from_env();
+    let status_text = || service_status(link_status.as_ref(), roster_view.as_ref(), &sandbox);
+    notifier.ready(&status_text());
+    // The watchdog is pinged from this loop: if it stops turning, systemd restarts fleetd.
+    let period = notifier
+        .watchdog_interval()
+        .unwrap_or(std::time::Duration::from_secs(5))
+        .min(std::time::Duration::from_secs(5));
+    let mut heartbeat = tokio::time::interval(period);
+    heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
+            _ = heartbeat.tick() => {
+                notifier.watchdog();
+                notifier.status(&status_text());
+            }
             _ = terminate.recv() => {
                 info!("received SIGTERM");
                 break;
@@ -266,6 +285,7 @@ pub async fn run(
             }
         }
     }
+    notifier.stopping();
     stop.send_replace(true);
     let drained = tokio::time::timeout(std::time::Duration::from_secs(5), async {
         while tasks.join_next().await.is_some() {}
@@ -280,6 +300,27 @@ pub async fn run(
     }
     info!("fleetd stopped");
     Ok(())
+}
+
+/// The service manager's status line: broker link, roster size, sandbox level.
+fn service_status(
+    link: Option<&watch::Receiver<LinkStatus>>,
+    roster: Option<&Arc<std::sync::Mutex<Roster>>>,
+    sandbox: &Enforced,
+) -> String {
+    let broker = link.map_or("broker: not configured".to_owned(), |l| {
+        l.borrow().to_string()
+    });
+    let hosts = roster
+        .and_then(|r| r.lock().ok().map(|r| r.view().len()))
+        .map_or("roster: -".to_owned(), |n| format!("roster: {n} hosts"));
+    let level = match sandbox.level {
+        crate::sandbox::Level::Full => "sandbox: full",
+        crate::sandbox::Level::Partial => "sandbox: partial",
+        crate::sandbox::Level::None => "sandbox: none",
+        crate::sandbox::Level::Off => "sandbox: off",
+    };
+    format!("{broker}; {hosts}; {level}")
 }
 
 /// `tmux_socket` from the config: an absolute path is `tmux -S`, anything else `tmux -L`.

@@ -25,6 +25,18 @@ pub enum Socket {
     Path(PathBuf),
 }
 
+/// The variables the `tmux` client keeps (where its socket is, and the locale it parses in).
+const CLIENT_ENV: &[&str] = &[
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "TMUX_TMPDIR",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+];
+
 /// A tmux server and the session fleetd opens its windows in.
 #[derive(Clone, Debug)]
 pub struct Tmux {
@@ -59,6 +71,14 @@ impl Tmux {
             detail,
         };
         let mut command = Command::new("tmux");
+        // The client gets only what it needs to find its server: no inherited variable (a
+        // secret, NOTIFY_SOCKET) reaches it, and through it the server or a pane.
+        command.env_clear();
+        for name in CLIENT_ENV {
+            if let Some(value) = std::env::var_os(name) {
+                command.env(name, value);
+            }
+        }
         match &self.socket {
             Socket::Name(name) => command.args(["-L", name]),
             Socket::Path(path) => command.arg("-S").arg(path),

@@ -280,7 +280,7 @@ fn line_offset(text: &str, line: usize) -> usize {
 }
 
 /// The `*.toml` files directly in `dir`, sorted.
-fn policy_files(dir: &Path) -> io::Result<Vec<PathBuf>> {
+pub fn policy_files(dir: &Path) -> io::Result<Vec<PathBuf>> {
     let mut files = Vec::new();
     for entry in std::fs::read_dir(dir)? {
         let path = entry?.path();

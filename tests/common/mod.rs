@@ -210,9 +210,22 @@ impl Host {
         password: &str,
         admit: &[&str],
         peers: &[(&Host, &str)],
-        (top, tail): (&str, &str),
+        extra: (&str, &str),
         env: &[(&str, &str)],
     ) -> (Child, mpsc::Receiver<String>) {
+        spawn_logged(self.command(fleet, password, admit, peers, extra, env))
+    }
+
+    /// Writes the config [`Host::start_with_env`] uses and returns the daemon's command.
+    pub fn command(
+        &self,
+        fleet: &str,
+        password: &str,
+        admit: &[&str],
+        peers: &[(&Host, &str)],
+        (top, tail): (&str, &str),
+        env: &[(&str, &str)],
+    ) -> Command {
         let admit: Vec<String> = admit.iter().map(|f| format!("\"{f}\"")).collect();
         let pins: String = peers
             .iter()
@@ -246,7 +259,7 @@ impl Host {
                 format!("amqp://{fleet}:{password}@127.0.0.1:5672/%2F{fleet}"),
             )
             .envs(env.iter().copied());
-        spawn_logged(command)
+        command
     }
 
     /// Runs `fleetd ARGS` against this host's daemon; panics with stderr unless it succeeds.

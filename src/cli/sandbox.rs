@@ -1,0 +1,104 @@
+//! `fleetd sandbox probe`: applies exactly the sandbox `fleetd run` would (same config, same
+//! secrets, same plan), then tries the reads, writes, connects and executions it is given and
+//! says which the kernel allowed. Operators run it after a kernel or config change; the tests
+//! use it to prove that forbidden accesses fail.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::Subcommand;
+
+use super::{Output, exit};
+use crate::config::Config;
+use crate::sandbox::{self, Plan};
+use crate::secret;
+
+/// `fleetd sandbox …`.
+#[derive(Debug, Subcommand)]
+pub enum SandboxCommand {
+    /// Apply the daemon's sandbox, then try each access and report allowed or refused.
+    Probe {
+        /// Read this file or list this directory (repeatable).
+        #[arg(long, value_name = "PATH")]
+        read: Vec<PathBuf>,
+        /// Create and write this file, then remove it (repeatable).
+        #[arg(long, value_name = "PATH")]
+        write: Vec<PathBuf>,
+        /// Open a TCP connection to this address, `IP:PORT` (repeatable).
+        #[arg(long, value_name = "ADDR")]
+        connect: Vec<std::net::SocketAddr>,
+        /// Run this program with no arguments (repeatable).
+        #[arg(long, value_name = "PATH")]
+        exec: Vec<PathBuf>,
+    },
+}
+
+pub(super) fn run(command: &SandboxCommand, config_path: Option<&Path>, out: &Output) -> ExitCode {
+    let SandboxCommand::Probe {
+        read,
+        write,
+        connect,
+        exec,
+    } = command;
+    let config = match Config::load(config_path) {
+        Ok(config) => config,
+        Err(error) => return super::config_check::report(&error, out),
+    };
+    let secrets = match secret::resolve_all(&config.secrets) {
+        Ok(secrets) => secrets,
+        Err(error) => {
+            out.error(&error);
+            return exit::code(exit::FAILED);
+        }
+    };
+    let plan = Plan::for_daemon(&config, super::run::broker_port(&secrets));
+    drop(secrets);
+    match sandbox::apply(&plan, config.sandbox) {
+        Ok(enforced) => out.line(&enforced.to_string()),
+        Err(error) => {
+            out.error(&error);
+            return exit::code(exit::FAILED);
+        }
+    }
+    for path in read {
+        let result = if path.is_dir() {
+            std::fs::read_dir(path).map(drop)
+        } else {
+            std::fs::read(path).map(drop)
+        };
+        out.line(&verdict("read", &path.display().to_string(), result));
+    }
+    for path in write {
+        let result = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(path)
+            .and_then(|mut file| file.write_all(b"probe\n"))
+            .and_then(|()| std::fs::remove_file(path));
+        out.line(&verdict("write", &path.display().to_string(), result));
+    }
+    for addr in connect {
+        let result =
+            std::net::TcpStream::connect_timeout(addr, std::time::Duration::from_secs(2)).map(drop);
+        out.line(&verdict("connect", &addr.to_string(), result));
+    }
+    for path in exec {
+        let result = std::process::Command::new(path)
+            .env_clear()
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .map(drop);
+        out.line(&verdict("exec", &path.display().to_string(), result));
+    }
+    exit::code(exit::OK)
+}
+
+fn verdict(what: &str, target: &str, result: std::io::Result<()>) -> String {
+    match result {
+        Ok(()) => format!("allowed {what} {target}"),
+        Err(error) => format!("refused {what} {target} ({error})"),
+    }
+}

@@ -1,0 +1,276 @@
+//! The Landlock self-sandbox: what `fleetd run` may touch once its secrets are read.
+//!
+//! Applied from the synchronous start-up path, before the tokio runtime (or any other thread)
+//! exists: Landlock restricts the calling thread and its future children only (before ABI 8),
+//! so a worker thread started earlier would stay unconfined.
+//!
+//! - files: the config file, the policy directory, the CA bundle and the credential directory
+//!   read-only; the state and runtime directories read-write; `/dev/null`; the name-resolution
+//!   files in `/etc` and the system libraries read-only (NSS modules load lazily), with execute
+//!   rights on the libraries and the `tmux` binary only when the multiplexer is tmux (fleetd runs
+//!   the `tmux` client; over herdr's socket it executes nothing);
+//! - network (ABI ≥ 4): TCP connect to the broker's port and 53 (DNS over TCP), no TCP bind;
+//! - scopes (ABI ≥ 6): no connect to abstract Unix sockets made outside the sandbox (unless
+//!   `$NOTIFY_SOCKET` is one), no signals to processes outside it.
+//!
+//! Children inherit the domain: the `tmux` client does, the agents do not (the tmux server,
+//! started outside fleetd, launches them). Best effort by default, the level reached is logged
+//! and shown by `fleetd status`; `sandbox = "required"` refuses to start below full enforcement.
+//!
+//! Imports: `config`.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use crate::config::{Config, Multiplexer, SandboxMode};
+
+/// The name-resolution and time files glibc reads at run time.
+const ETC_FILES: &[&str] = &[
+    "/etc/hosts",
+    "/etc/resolv.conf",
+    "/etc/nsswitch.conf",
+    "/etc/gai.conf",
+    "/etc/host.conf",
+    "/etc/services",
+    "/etc/localtime",
+    "/etc/ld.so.cache",
+    "/etc/ssl",
+];
+
+/// Where shared libraries (and NSS modules) live.
+const LIBRARY_DIRS: &[&str] = &["/lib", "/lib64", "/usr/lib", "/usr/lib64"];
+
+/// What the daemon may reach once sandboxed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// Readable files and directories.
+    pub read: Vec<PathBuf>,
+    /// Readable and executable (libraries, the `tmux` binary).
+    pub exec: Vec<PathBuf>,
+    /// Readable and writable directories (and files such as `/dev/null`).
+    pub write: Vec<PathBuf>,
+    /// TCP ports fleetd may connect to.
+    pub connect: Vec<u16>,
+    /// Whether connecting to abstract Unix sockets made outside the sandbox is refused.
+    pub scope_abstract_sockets: bool,
+}
+
+impl Plan {
+    /// The daemon's plan: `config`'s files and directories, the broker's port if a broker is
+    /// configured, and the multiplexer's needs.
+    pub fn for_daemon(config: &Config, broker_port: Option<u16>) -> Plan {
+        let mut plan = Plan::default();
+        plan.read.extend(config.file.iter().cloned());
+        plan.read.push(config.paths.policy.clone());
+        plan.read.extend(config.broker.ca_file.iter().cloned());
+        if let Some(dir) = std::env::var_os(crate::secret::ENV_CREDENTIALS_DIRECTORY) {
+            plan.read.push(PathBuf::from(dir)); // profiles' `credential:NAME` secrets, at spawn
+        }
+        if let Some(file) = std::env::var_os("SSL_CERT_FILE") {
+            plan.read.push(PathBuf::from(file));
+        }
+        plan.read.extend(ETC_FILES.iter().map(PathBuf::from));
+        let libraries = LIBRARY_DIRS.iter().map(PathBuf::from);
+        match config.multiplexer {
+            Multiplexer::Tmux => {
+                plan.exec.extend(libraries);
+                plan.exec.extend(find_program("tmux"));
+            }
+            Multiplexer::Herdr => plan.read.extend(libraries),
+        }
+        plan.write.push(config.paths.state.clone());
+        plan.write.push(config.paths.runtime.clone());
+        plan.write.push(PathBuf::from("/dev/null"));
+        if let Some(port) = broker_port {
+            plan.connect.extend([port, 53]);
+        }
+        plan.scope_abstract_sockets =
+            !std::env::var("NOTIFY_SOCKET").is_ok_and(|s| s.starts_with('@'));
+        plan
+    }
+}
+
+/// Every `name` found on `$PATH` (the one `Command` would run, and any it might fall back to).
+fn find_program(name: &str) -> Vec<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .filter(|candidate| candidate.is_file())
+        .collect()
+}
+
+/// How much of the plan the kernel enforces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Level {
+    /// Every restriction of the plan.
+    Full,
+    /// Some (an older kernel: e.g. files but not TCP ports).
+    Partial,
+    /// None: Landlock is missing or disabled.
+    None,
+    /// `sandbox = "off"`.
+    Off,
+}
+
+/// What [`apply`] achieved, for the log and `fleetd status`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Enforced {
+    /// The level.
+    pub level: Level,
+    /// The kernel's Landlock ABI, when it has one.
+    pub abi: Option<i32>,
+    /// The TCP ports allowed, when ports are enforced.
+    pub ports: Vec<u16>,
+}
+
+impl fmt::Display for Enforced {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let abi = self
+            .abi
+            .map_or("no landlock".to_owned(), |a| format!("abi {a}"));
+        match self.level {
+            Level::Full => {
+                let ports: Vec<String> = self.ports.iter().map(u16::to_string).collect();
+                let ports = if ports.is_empty() {
+                    "none".to_owned()
+                } else {
+                    ports.join(",")
+                };
+                write!(
+                    f,
+                    "sandbox: landlock fully enforced ({abi}; files, tcp connect {ports}, no tcp bind, scoped signals and abstract sockets)"
+                )
+            }
+            Level::Partial => write!(
+                f,
+                "sandbox: landlock partially enforced ({abi}; kernel lacks some restrictions)"
+            ),
+            Level::None => write!(f, "sandbox: not enforced ({abi})"),
+            Level::Off => write!(f, "sandbox: off (sandbox = \"off\" in the config)"),
+        }
+    }
+}
+
+/// Why the sandbox could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    /// Landlock refused the ruleset (or a rule).
+    #[error("cannot build the landlock sandbox: {0}")]
+    Landlock(String),
+    /// A directory the plan needs could not be created.
+    #[error("cannot create `{}`", .path.display())]
+    Directory {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// `sandbox = "required"` and the kernel enforces less than everything.
+    #[error(
+        "sandbox = \"required\" but the kernel enforces less than the whole sandbox ({0}): upgrade the kernel (Landlock ABI 6, Linux 6.12) or set sandbox = \"best-effort\""
+    )]
+    NotFullyEnforced(String),
+}
+
+/// Confines the calling thread (and every thread and child it starts later) to `plan`.
+/// Directories to write are created (mode 0700) first: Landlock rules need existing paths.
+pub fn apply(plan: &Plan, mode: SandboxMode) -> Result<Enforced, SandboxError> {
+    if mode == SandboxMode::Off {
+        return Ok(Enforced {
+            level: Level::Off,
+            abi: None,
+            ports: Vec::new(),
+        });
+    }
+    for dir in plan.write.iter().filter(|d| !d.starts_with("/dev")) {
+        create_private_dir(dir)?;
+    }
+    let enforced = restrict(plan, mode == SandboxMode::Required)?;
+    if mode == SandboxMode::Required && enforced.level != Level::Full {
+        return Err(SandboxError::NotFullyEnforced(enforced.to_string()));
+    }
+    Ok(enforced)
+}
+
+fn create_private_dir(dir: &Path) -> Result<(), SandboxError> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|source| SandboxError::Directory {
+            path: dir.to_owned(),
+            source,
+        })
+}
+
+#[cfg(target_os = "linux")]
+fn restrict(plan: &Plan, hard: bool) -> Result<Enforced, SandboxError> {
+    use landlock::{
+        ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, LandlockStatus, NetPort,
+        Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, path_beneath_rules,
+    };
+
+    // The newest ABI whose restrictions fleetd has been tested under (ABI 7 adds only audit
+    // flags; ABI 9's pathname-socket rule would need the multiplexer's and journald's sockets).
+    let abi = ABI::V6;
+    let level = if hard {
+        CompatLevel::HardRequirement
+    } else {
+        CompatLevel::BestEffort
+    };
+    let error = |e: landlock::RulesetError| SandboxError::Landlock(e.to_string());
+    let mut scopes = landlock::BitFlags::from(Scope::Signal);
+    if plan.scope_abstract_sockets {
+        scopes |= Scope::AbstractUnixSocket;
+    }
+    let read = AccessFs::from_read(abi) & !AccessFs::Execute;
+    let mut ruleset = Ruleset::default()
+        .set_compatibility(level)
+        .handle_access(AccessFs::from_all(abi))
+        .map_err(error)?
+        .handle_access(AccessNet::from_all(abi))
+        .map_err(error)?
+        .scope(scopes)
+        .map_err(error)?
+        .create()
+        .map_err(error)?
+        .add_rules(path_beneath_rules(&plan.read, read))
+        .map_err(error)?
+        .add_rules(path_beneath_rules(&plan.exec, AccessFs::from_read(abi)))
+        .map_err(error)?
+        .add_rules(path_beneath_rules(&plan.write, AccessFs::from_all(abi)))
+        .map_err(error)?;
+    for port in &plan.connect {
+        ruleset = ruleset
+            .add_rule(NetPort::new(*port, AccessNet::ConnectTcp))
+            .map_err(error)?;
+    }
+    let status = ruleset.restrict_self().map_err(error)?;
+    let abi = match status.landlock {
+        LandlockStatus::Available {
+            effective_abi,
+            kernel_abi,
+        } => Some(kernel_abi.unwrap_or(effective_abi as i32)),
+        LandlockStatus::NotEnabled | LandlockStatus::NotImplemented => None,
+    };
+    let level = match status.ruleset {
+        RulesetStatus::FullyEnforced => Level::Full,
+        RulesetStatus::PartiallyEnforced => Level::Partial,
+        RulesetStatus::NotEnforced => Level::None,
+    };
+    Ok(Enforced {
+        level,
+        abi,
+        ports: plan.connect.clone(),
+    })
+}
+
+#[cfg(not(target_os = "linux"))]
+fn restrict(_plan: &Plan, _hard: bool) -> Result<Enforced, SandboxError> {
+    Ok(Enforced {
+        level: Level::None,
+        abi: None,
+        ports: Vec::new(),
+    })
+}

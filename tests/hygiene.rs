@@ -1,0 +1,148 @@
+//! Process hygiene of a running daemon: files it creates are its own alone even when started
+//! with umask 000; no core files (RLIMIT_CORE 0); no secret on its command line; config and
+//! policy files other users may change are refused with a clear error.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    reason = "test code: a failed step is a failed test"
+)]
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use common::{BIN, Host};
+
+/// Every file and directory under `dir`, with its mode.
+fn modes(dir: &Path, out: &mut Vec<(String, u32)>) {
+    for entry in std::fs::read_dir(dir).unwrap().filter_map(Result::ok) {
+        let meta = std::fs::symlink_metadata(entry.path()).unwrap();
+        out.push((
+            entry.path().display().to_string(),
+            meta.permissions().mode() & 0o777,
+        ));
+        if meta.is_dir() {
+            modes(&entry.path(), out);
+        }
+    }
+}
+
+#[test]
+fn started_with_umask_000_it_creates_private_files_and_shows_no_secret() {
+    let (_, fleet, password, mut cleanup) = common::one_fleet("hyg");
+    let root = tempfile::tempdir().unwrap();
+    let host = Host::new(root.path(), "hygiene");
+    let daemon = host.command(&fleet, &password, &[], &[], ("", ""), &[]);
+    // The same command, started by a shell whose umask lets everyone read and write.
+    let mut wrapped = Command::new("sh");
+    wrapped
+        .args(["-c", "umask 000; exec \"$0\" \"$@\""])
+        .arg(daemon.get_program())
+        .args(daemon.get_args());
+    for (name, value) in daemon.get_envs() {
+        if let Some(value) = value {
+            wrapped.env(name, value);
+        }
+    }
+    let (child, lines) = common::spawn_logged(wrapped);
+    let pid = child.id();
+    cleanup.children.push(child);
+    let mut seen = String::new();
+    common::wait_for(
+        &lines,
+        &mut seen,
+        &["broker connected"],
+        Duration::from_secs(30),
+    );
+
+    let mut found = Vec::new();
+    modes(&host.state_dir(), &mut found);
+    modes(&host.dir.join("run"), &mut found);
+    assert!(
+        found
+            .iter()
+            .any(|(p, _)| p.ends_with(".redb") || p.contains("state")),
+        "no state files to check: {found:?}"
+    );
+    let open: Vec<_> = found.iter().filter(|(_, mode)| mode & 0o077 != 0).collect();
+    assert!(open.is_empty(), "files others may access: {open:?}");
+
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+    let cmdline = String::from_utf8_lossy(&cmdline);
+    assert!(cmdline.contains("run"), "not the daemon: {cmdline}");
+    assert!(
+        !cmdline.contains(&password),
+        "the broker password is on the command line"
+    );
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let core = limits
+        .lines()
+        .find(|l| l.starts_with("Max core file size"))
+        .unwrap();
+    assert!(
+        core.split_whitespace().skip(4).take(2).all(|v| v == "0"),
+        "core files are not disabled: {core}"
+    );
+}
+
+/// `fleetd run` with `config` (single host, policy in `dir/policy`): (exit ok, stderr).
+fn run_once(config: &Path, dir: &Path) -> (bool, String) {
+    let output = Command::new(BIN)
+        .args(["--config", config.to_str().unwrap(), "run"])
+        .env("HOME", dir)
+        .output()
+        .unwrap();
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn config_and_policy_others_may_change_are_refused() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path();
+    let policy = dir.join("policy");
+    std::fs::create_dir_all(&policy).unwrap();
+    let config = dir.join("fleetd.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "host = \"strict\"\n[paths]\npolicy = \"{0}/policy\"\nstate = \"{0}/state\"\nruntime = \"{0}/run\"\n",
+            dir.display()
+        ),
+    )
+    .unwrap();
+    let chmod = |path: &Path, mode: u32| {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    for (path, mode, who) in [
+        (config.clone(), 0o666, "world"),
+        (config.clone(), 0o620, "group"),
+        (policy.clone(), 0o777, "world"),
+        (policy.join("grants.toml"), 0o664, "group"),
+    ] {
+        if path.extension().is_some_and(|e| e == "toml") && !path.exists() {
+            std::fs::write(&path, "").unwrap();
+        }
+        chmod(&path, mode);
+        let (ok, stderr) = run_once(&config, dir);
+        assert!(!ok, "fleetd started with {} at {mode:o}", path.display());
+        assert!(
+            stderr.contains(&format!("`{}` is {who}-writable", path.display()))
+                && stderr.contains("chmod go-w"),
+            "{stderr}"
+        );
+        chmod(&path, if path.is_dir() { 0o700 } else { 0o600 });
+    }
+    assert!(
+        !dir.join("run/fleetd.sock").exists(),
+        "a refused start served its socket"
+    );
+}
