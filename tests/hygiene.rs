@@ -146,3 +146,83 @@ fn config_and_policy_others_may_change_are_refused() {
         "a refused start served its socket"
     );
 }
+
+#[test]
+fn another_local_user_is_refused_even_when_the_socket_is_opened_up() {
+    assert!(
+        rustix::process::geteuid().is_root(),
+        "this test acts as a second user (nobody) and needs root"
+    );
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path();
+    std::fs::create_dir_all(dir.join("policy")).unwrap();
+    let config = dir.join("fleetd.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "host = \"guarded\"\n[paths]\npolicy = \"{0}/policy\"\nstate = \"{0}/state\"\nruntime = \"{0}/run\"\n",
+            dir.display()
+        ),
+    )
+    .unwrap();
+    let mut command = Command::new(BIN);
+    command
+        .args(["--config", config.to_str().unwrap(), "run"])
+        .env("HOME", dir);
+    let (mut child, lines) = common::spawn_logged(command);
+    let mut seen = String::new();
+    common::wait_for(
+        &lines,
+        &mut seen,
+        &["fleetd ready"],
+        Duration::from_secs(20),
+    );
+    // A careless operator opens everything: the directories, the socket, a copy of the binary.
+    let bin = dir.join("fleetd");
+    std::fs::copy(BIN, &bin).unwrap();
+    for (path, mode) in [
+        (dir.to_path_buf(), 0o755),
+        (dir.join("run"), 0o755),
+        (dir.join("run/fleetd.sock"), 0o666),
+        (config.clone(), 0o644),
+        (bin.clone(), 0o755),
+    ] {
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    let status = |uid: Option<u32>| {
+        let mut client = Command::new(&bin);
+        client
+            .args(["--config", config.to_str().unwrap(), "status"])
+            .env_clear()
+            .env("HOME", "/nonexistent");
+        if let Some(uid) = uid {
+            std::os::unix::process::CommandExt::uid(&mut client, uid);
+            std::os::unix::process::CommandExt::gid(&mut client, uid);
+        }
+        let out = client.output().unwrap();
+        (
+            out.status.success(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    };
+    let (ok, text) = status(None);
+    assert!(
+        ok && text.contains("host: guarded"),
+        "the owner is served: {text}"
+    );
+    let (ok, text) = status(Some(65534));
+    assert!(!ok, "nobody was served: {text}");
+    assert!(!text.contains("guarded"), "nobody learnt something: {text}");
+    common::wait_for(
+        &lines,
+        &mut seen,
+        &["connection from another user refused"],
+        Duration::from_secs(5),
+    );
+    common::terminate(&child);
+    let _ = child.wait();
+}
