@@ -12,6 +12,7 @@
 )]
 
 pub mod mcp;
+pub mod netns;
 pub mod syscalls;
 
 use std::io::{BufRead, BufReader, Write};

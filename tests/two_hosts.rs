@@ -1,0 +1,280 @@
+//! The two-host proof (docs/two-hosts.md): host `laptop` in fleet `mac` and host `fleet01` in
+//! fleet `fleet01`, each in its own network and mount namespace, each with its own fleetd,
+//! config, state, host key and credentials; the machine's RabbitMQ reachable from both; no
+//! other path between them. Scenarios run one at a time (they share the vhosts `/mac` and
+//! `/fleet01`) and remove every namespace, vhost, user and process they create.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    reason = "test code: a failed step is a failed test"
+)]
+
+mod common;
+
+use std::process::{Child, Command};
+use std::sync::Mutex;
+use std::sync::mpsc::Receiver;
+use std::time::{Duration, Instant};
+
+use common::netns::NetHost;
+use common::{BIN, Fleets, Host};
+
+/// The scenarios share the fleets' names: one at a time.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+const MAC: &str = "mac";
+const FLEET01: &str = "fleet01";
+
+/// Both hosts, their namespaces, fleets and passwords; dropping it removes everything.
+struct Topology {
+    laptop: Host,
+    worker: Host,
+    net_laptop: NetHost,
+    net_worker: NetHost,
+    mac_password: String,
+    fleet01_password: String,
+    fleets: Fleets,
+    _root: tempfile::TempDir,
+}
+
+impl Topology {
+    fn new() -> Topology {
+        assert!(
+            rustix::process::geteuid().is_root(),
+            "the two-host proof needs root (network namespaces, mounts): run the suite as root"
+        );
+        let nonce = common::nonce();
+        // A crashed earlier run may have left the fleets behind: start clean.
+        drop(Fleets::new(&[MAC, FLEET01]));
+        let fleets = Fleets::new(&[MAC, FLEET01]);
+        let mac_password = format!("canary-mac-{nonce}-pw");
+        let fleet01_password = format!("canary-f01-{nonce}-pw");
+        common::grants(MAC, &[FLEET01], &mac_password);
+        common::grants(FLEET01, &[MAC], &fleet01_password);
+        common::grants(MAC, &[FLEET01], &mac_password);
+        let root = tempfile::tempdir().unwrap();
+        let laptop = Host::new(root.path(), "laptop");
+        let worker = Host::new(root.path(), "fleet01");
+        let sub = u8::try_from(nonce % 200).unwrap() + 20;
+        let tag = nonce % 1_000_000;
+        let net_laptop = NetHost::create(&format!("fla{tag}"), 231, sub, &worker.dir);
+        let net_worker = NetHost::create(&format!("flb{tag}"), 232, sub, &laptop.dir);
+        Topology {
+            laptop,
+            worker,
+            net_laptop,
+            net_worker,
+            mac_password,
+            fleet01_password,
+            fleets,
+            _root: root,
+        }
+    }
+
+    /// The broker URI a host's fleet uses, through its own link.
+    fn uri(&self, laptop: bool) -> String {
+        if laptop {
+            format!(
+                "amqp://{MAC}:{}@{}:5672/%2F{MAC}",
+                self.mac_password, self.net_laptop.gateway
+            )
+        } else {
+            format!(
+                "amqp://{FLEET01}:{}@{}:5672/%2F{FLEET01}",
+                self.fleet01_password, self.net_worker.gateway
+            )
+        }
+    }
+
+    /// Starts a host's daemon inside its namespaces (beats every second, suspect after 3 s,
+    /// reaped after 6 s); the other host's key is pinned.
+    fn start(&mut self, laptop: bool, top: &str, tail: &str) -> (usize, Receiver<String>) {
+        let uri = self.uri(laptop);
+        let (host, peer, net, fleet, password, other) = if laptop {
+            (
+                &self.laptop,
+                &self.worker,
+                &self.net_laptop,
+                MAC,
+                &self.mac_password,
+                FLEET01,
+            )
+        } else {
+            (
+                &self.worker,
+                &self.laptop,
+                &self.net_worker,
+                FLEET01,
+                &self.fleet01_password,
+                MAC,
+            )
+        };
+        let command = host.command(
+            fleet,
+            password,
+            &[other],
+            &[(peer, other)],
+            (top, tail),
+            &[("FLEETD_T_URI", &uri)],
+        );
+        let (child, lines) = common::spawn_logged(net.wrap(&command));
+        self.fleets.children.push(child);
+        (self.fleets.children.len() - 1, lines)
+    }
+
+    fn child(&mut self, index: usize) -> &mut Child {
+        &mut self.fleets.children[index]
+    }
+}
+
+fn contract(net: &NetHost, uri: &str, vhost: &str, expect: &str, password: &str) -> String {
+    let mut command = Command::new(BIN);
+    command
+        .args([
+            "broker",
+            "contract",
+            "--uri-env",
+            "FLEETD_T_URI",
+            "--vhost",
+            vhost,
+        ])
+        .args(["--expect", expect])
+        .env("FLEETD_T_URI", uri);
+    let output = net.wrap(&command).output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        !text.contains(password),
+        "the broker password reached the output: {text}"
+    );
+    assert!(
+        output.status.success(),
+        "contract on {vhost} expecting {expect}:\n{text}"
+    );
+    text
+}
+
+#[test]
+fn isolation_each_fleet_passes_its_own_contract_and_fails_the_other() {
+    let _serial = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let topology = Topology::new();
+    let (a, b) = (&topology.net_laptop, &topology.net_worker);
+
+    // The reachability the operators measured: each reaches the broker, not the other host.
+    assert!(
+        a.sh(&format!("echo > /dev/tcp/{}/5672", a.gateway)),
+        "laptop cannot reach the broker"
+    );
+    assert!(
+        b.sh(&format!("echo > /dev/tcp/{}/5672", b.gateway)),
+        "fleet01 cannot reach the broker"
+    );
+    for (from, to) in [(a, b), (b, a)] {
+        assert!(
+            !from.sh(&format!(
+                "timeout 3 bash -c 'echo > /dev/tcp/{}/22'",
+                to.address
+            )),
+            "{} reaches {} over the network",
+            from.ns,
+            to.ns
+        );
+    }
+    let (laptop_key, worker_key) = (
+        topology.laptop.dir.join("credentials/host-key"),
+        topology.worker.dir.join("credentials/host-key"),
+    );
+    assert!(
+        a.sh(&format!("test -e {}", laptop_key.display())),
+        "laptop lost its own files"
+    );
+    assert!(
+        !a.sh(&format!("test -e {}", worker_key.display())),
+        "laptop sees fleet01's files"
+    );
+    assert!(
+        !b.sh(&format!("test -e {}", laptop_key.display())),
+        "fleet01 sees laptop's files"
+    );
+
+    let passes = |text: &str| text.matches("PASS").count();
+    let fails = |text: &str| text.matches("FAIL").count();
+    let mac = topology.uri(true);
+    let f01 = topology.uri(false);
+    let own = contract(a, &mac, "/mac", "capable", &topology.mac_password);
+    assert_eq!((passes(&own), fails(&own)), (8, 0), "{own}");
+    let other = contract(a, &mac, "/fleet01", "isolated", &topology.mac_password);
+    assert_eq!((passes(&other), fails(&other)), (0, 8), "{other}");
+    let own = contract(b, &f01, "/fleet01", "capable", &topology.fleet01_password);
+    assert_eq!((passes(&own), fails(&own)), (8, 0), "{own}");
+    let other = contract(b, &f01, "/mac", "isolated", &topology.fleet01_password);
+    assert_eq!((passes(&other), fails(&other)), (0, 8), "{other}");
+}
+
+fn wait(lines: &Receiver<String>, needles: &[&str], within: Duration) -> Duration {
+    let mut seen = String::new();
+    common::wait_for(lines, &mut seen, needles, within)
+}
+
+#[test]
+fn roster_each_host_sees_the_other_and_a_killed_host_is_suspect_then_reaped() {
+    let _serial = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut topology = Topology::new();
+    let (_, laptop_log) = topology.start(true, "", "");
+    let (worker, worker_log) = topology.start(false, "", "");
+    let joined_laptop = [
+        "peer joined",
+        "\"peer.host\":\"fleet01\"",
+        "\"peer.fleet\":\"fleet01\"",
+    ];
+    let joined_worker = [
+        "peer joined",
+        "\"peer.host\":\"laptop\"",
+        "\"peer.fleet\":\"mac\"",
+    ];
+    wait(&laptop_log, &joined_laptop, Duration::from_secs(30));
+    wait(&worker_log, &joined_worker, Duration::from_secs(30));
+
+    // Each host's local API is its own: the other's socket is not even visible.
+    let socket = |host: &Host| host.dir.join("run/fleetd/fleetd.sock");
+    let (a, b) = (&topology.net_laptop, &topology.net_worker);
+    assert!(a.sh(&format!("test -S {}", socket(&topology.laptop).display())));
+    assert!(!a.sh(&format!("test -e {}", socket(&topology.worker).display())));
+    assert!(!b.sh(&format!("test -e {}", socket(&topology.laptop).display())));
+
+    // SIGKILL on fleet01: no `leaving`; suspect after 3 s of silence, reaped after 6 s.
+    let killed = Instant::now();
+    topology.child(worker).kill().unwrap();
+    topology.child(worker).wait().unwrap();
+    let suspect = ["peer suspect", "\"peer.host\":\"fleet01\""];
+    wait(&laptop_log, &suspect, Duration::from_secs(10));
+    let suspect_after = killed.elapsed();
+    wait(
+        &laptop_log,
+        &["peer reaped", "\"peer.host\":\"fleet01\""],
+        Duration::from_secs(10),
+    );
+    let reaped_after = killed.elapsed();
+    assert!(
+        suspect_after >= Duration::from_secs(2) && suspect_after < reaped_after,
+        "suspect at {suspect_after:?}, reaped at {reaped_after:?}"
+    );
+    assert!(
+        reaped_after < Duration::from_secs(10),
+        "reaped at {reaped_after:?}"
+    );
+
+    // Restarted: back.
+    let (_, _worker_log) = topology.start(false, "", "");
+    wait(&laptop_log, &joined_laptop, Duration::from_secs(30));
+}
