@@ -278,3 +278,123 @@ fn roster_each_host_sees_the_other_and_a_killed_host_is_suspect_then_reaped() {
     let (_, _worker_log) = topology.start(false, "", "");
     wait(&laptop_log, &joined_laptop, Duration::from_secs(30));
 }
+
+/// fleet01's policy: a scripted `worker` that prints every line it is given and answers the
+/// sender through its own host's fleetd; `maintenance` is never granted.
+fn worker_policy(worker: &Host) {
+    let work = worker.work_dir();
+    let dir = worker.dir.display();
+    // One line: fleetd refuses a command word holding a line break.
+    let script = format!(
+        "echo 'agent> ready'; while read -r line; do echo \"got:[$line]\"; \
+         to=$(printf '%s\\n' \"$line\" | sed -n 's/^\\[fleetd: from [^ ]* agent \\([^]]*\\)\\].*/\\1/p'); \
+         if [ -n \"$to\" ]; then HOME={dir} XDG_RUNTIME_DIR={dir}/run {BIN} --config {dir}/fleetd.toml \
+         send \"$to\" 'done: 12 lines' >/dev/null 2>&1 && echo \"replied:[$to]\"; fi; done"
+    );
+    worker.policy(&[
+        (
+            "00-profiles.toml",
+            format!(
+                "[profile.worker]\ndescription = \"A scripted agent.\"\nargv = [\"/bin/sh\", \"-c\", '''{script}''']\n\
+                 roots = [\"{work}\"]\nmax_instances = 2\n\n[profile.worker.ready]\npattern = \"^agent> ready\"\ntimeout_secs = 15\n\n\
+                 [profile.maintenance]\ndescription = \"Never granted.\"\nargv = [\"/bin/sh\"]\nroots = [\"{work}\"]\nmax_instances = 1\n",
+                work = work.display()
+            ),
+        ),
+        (
+            "10-grants.toml",
+            format!(
+                "[[grant]]\nid = \"laptop-workers\"\ndescription = \"The primary delegates.\"\n\
+                 fleets = [\"{MAC}\"]\nhosts = [\"laptop\"]\nprofiles = [\"worker\"]\n"
+            ),
+        ),
+    ]);
+}
+
+#[test]
+fn delegation_a_primary_spawns_a_worker_on_fleet01_through_mcp_and_gets_its_reply() {
+    let _serial = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut topology = Topology::new();
+    worker_policy(&topology.worker);
+    // fleet01's tmux server runs inside fleet01, started outside its fleetd.
+    let tmux = common::TmuxServer::start_in(common::nonce(), |c| topology.net_worker.wrap(c));
+    let (_, laptop_log) = topology.start(true, "", "");
+    let (_, worker_log) = topology.start(false, &tmux.config_line(), "");
+    let joined = ["peer joined", "\"peer.host\":\"fleet01\""];
+    wait(&laptop_log, &joined, Duration::from_secs(30));
+    wait(
+        &worker_log,
+        &["peer joined", "\"peer.host\":\"laptop\""],
+        Duration::from_secs(30),
+    );
+
+    // The primary: Claude Code's side of `fleetd mcp`, inside the laptop.
+    let mut mcp = common::mcp::Session::start_with(
+        &topology
+            .net_laptop
+            .wrap(&common::mcp::Session::command(&topology.laptop)),
+    );
+    mcp.initialize();
+    let (spawned, error) = mcp.tool(
+        "spawn",
+        serde_json::json!({"profile": "worker", "host": "fleet01"}),
+    );
+    assert!(!error, "{spawned}");
+    assert_eq!(spawned["outcome"], "started", "{spawned}");
+    let worker = spawned["agent"].as_str().unwrap().to_owned();
+    common::eventually(
+        "the worker in the laptop's roster",
+        Duration::from_secs(20),
+        || {
+            let (roster, _) = mcp.tool("roster", serde_json::json!({}));
+            roster.to_string().contains(&worker).then_some(())
+        },
+    );
+
+    let task = "count the lines in README.md";
+    let (sent, error) = mcp.tool("send", serde_json::json!({"to": worker, "text": task}));
+    assert!(!error, "{sent}");
+    let primary = common::eventually(
+        "the task typed into the worker's pane",
+        Duration::from_secs(20),
+        || {
+            let shown = tmux.shown();
+            let got = shown
+                .lines()
+                .find(|l| l.contains(task) && l.starts_with("got:"))?
+                .to_owned();
+            let (_, rest) = got.split_once("agent ")?;
+            Some(rest.split(']').next()?.to_owned())
+        },
+    );
+    let shown = tmux.shown();
+    assert_eq!(
+        shown.matches(&format!("{task}]")).count(),
+        1,
+        "typed exactly once: {shown}"
+    );
+    assert!(
+        shown.contains(&format!(
+            "got:[[fleetd: from {MAC}/laptop agent {primary}] {task}]"
+        )),
+        "{shown}"
+    );
+
+    // The reply is held on the laptop until the primary pulls and acknowledges it.
+    let (pulled, _) = mcp.tool("inbox_pull", serde_json::json!({"wait_secs": 20}));
+    let message = pulled["messages"][0].clone();
+    assert_eq!(message["body"]["text"], "done: 12 lines", "{pulled}");
+    assert_eq!(message["origin"]["host"], "fleet01", "{pulled}");
+    let (again, _) = mcp.tool("inbox_pull", serde_json::json!({}));
+    assert_eq!(
+        again["messages"][0]["id"], message["id"],
+        "offered again until acknowledged"
+    );
+    let (acked, _) = mcp.tool("inbox_ack", serde_json::json!({"id": message["id"]}));
+    assert_eq!(acked["acknowledged"], true, "{acked}");
+    let (empty, _) = mcp.tool("inbox_pull", serde_json::json!({}));
+    assert_eq!(empty["messages"], serde_json::json!([]), "{empty}");
+    assert!(tmux.shown().contains("replied:["), "the worker answered");
+}

@@ -20,14 +20,27 @@ pub struct Session {
 
 impl Session {
     pub fn start(host: &Host) -> Session {
-        let mut child = Command::new(BIN)
+        Session::start_with(&Session::command(host))
+    }
+
+    /// `fleetd mcp` for `host`'s daemon, not yet started.
+    pub fn command(host: &Host) -> Command {
+        let mut command = Command::new(BIN);
+        command
             .args([
                 "--config",
                 host.dir.join("fleetd.toml").to_str().unwrap(),
                 "mcp",
             ])
             .env("HOME", &host.dir)
-            .env("XDG_RUNTIME_DIR", host.dir.join("run"))
+            .env("XDG_RUNTIME_DIR", host.dir.join("run"));
+        command
+    }
+
+    /// Starts `command` (a `fleetd mcp`, possibly wrapped) as the session's server.
+    pub fn start_with(command: &Command) -> Session {
+        let mut command = Session::copy(command);
+        let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -50,6 +63,18 @@ impl Session {
             next: 1,
             transcript: String::new(),
         }
+    }
+
+    fn copy(command: &Command) -> Command {
+        let mut copy = Command::new(command.get_program());
+        copy.args(command.get_args());
+        for (name, value) in command.get_envs() {
+            match value {
+                Some(value) => copy.env(name, value),
+                None => copy.env_remove(name),
+            };
+        }
+        copy
     }
 
     pub fn notify(&mut self, method: &str) {

@@ -364,17 +364,28 @@ pub struct TmuxServer(pub String);
 impl TmuxServer {
     /// Starts a server whose socket name is unique to `nonce`.
     pub fn start(nonce: u128) -> TmuxServer {
+        TmuxServer::start_in(nonce, |command| {
+            let mut copy = Command::new(command.get_program());
+            copy.args(command.get_args());
+            copy
+        })
+    }
+
+    /// [`TmuxServer::start`], the server command passed through `wrap` (to start it inside a
+    /// test host's namespaces).
+    pub fn start_in(nonce: u128, wrap: impl Fn(&Command) -> Command) -> TmuxServer {
         let server = TmuxServer(format!("fleetd-test-{nonce}-{}", std::process::id()));
-        let started = Command::new("tmux")
-            .args([
-                "-L",
-                &server.0,
-                "new-session",
-                "-d",
-                "-s",
-                "keep",
-                "sleep 600",
-            ])
+        let mut command = Command::new("tmux");
+        command.args([
+            "-L",
+            &server.0,
+            "new-session",
+            "-d",
+            "-s",
+            "keep",
+            "sleep 600",
+        ]);
+        let started = wrap(&command)
             .status()
             .expect("tmux is needed for the pane tests (package tmux; scripts/test installs it)");
         assert!(started.success(), "cannot start a tmux server");
