@@ -108,17 +108,8 @@ fn run_once(config: &Path, dir: &Path) -> (bool, String) {
 fn config_and_policy_others_may_change_are_refused() {
     let root = tempfile::tempdir().unwrap();
     let dir = root.path();
+    let config = common::solo_config(dir, "strict", "");
     let policy = dir.join("policy");
-    std::fs::create_dir_all(&policy).unwrap();
-    let config = dir.join("fleetd.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "host = \"strict\"\n[paths]\npolicy = \"{0}/policy\"\nstate = \"{0}/state\"\nruntime = \"{0}/run\"\n",
-            dir.display()
-        ),
-    )
-    .unwrap();
     let chmod = |path: &Path, mode: u32| {
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
     };
@@ -155,28 +146,9 @@ fn another_local_user_is_refused_even_when_the_socket_is_opened_up() {
     );
     let root = tempfile::tempdir().unwrap();
     let dir = root.path();
-    std::fs::create_dir_all(dir.join("policy")).unwrap();
-    let config = dir.join("fleetd.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "host = \"guarded\"\n[paths]\npolicy = \"{0}/policy\"\nstate = \"{0}/state\"\nruntime = \"{0}/run\"\n",
-            dir.display()
-        ),
-    )
-    .unwrap();
-    let mut command = Command::new(BIN);
-    command
-        .args(["--config", config.to_str().unwrap(), "run"])
-        .env("HOME", dir);
-    let (mut child, lines) = common::spawn_logged(command);
+    let config = common::solo_config(dir, "guarded", "");
+    let (mut child, lines) = common::start_solo(&config, dir);
     let mut seen = String::new();
-    common::wait_for(
-        &lines,
-        &mut seen,
-        &["fleetd ready"],
-        Duration::from_secs(20),
-    );
     // A careless operator opens everything: the directories, the socket, a copy of the binary.
     let bin = dir.join("fleetd");
     std::fs::copy(BIN, &bin).unwrap();

@@ -72,16 +72,8 @@ fn signal(child: &Child, name: &str) {
 fn ready_watchdog_restart_and_stopping() {
     let root = tempfile::tempdir().unwrap();
     let dir = root.path();
-    std::fs::create_dir_all(dir.join("policy")).unwrap();
+    common::solo_config(dir, "notified", "");
     std::fs::create_dir_all(dir.join("cwd")).unwrap();
-    std::fs::write(
-        dir.join("fleetd.toml"),
-        format!(
-            "host = \"notified\"\n[paths]\npolicy = \"{0}/policy\"\nstate = \"{0}/state\"\nruntime = \"{0}/run\"\n",
-            dir.display()
-        ),
-    )
-    .unwrap();
     let path = dir.join("notify.sock");
     let socket = UnixDatagram::bind(&path).unwrap();
 

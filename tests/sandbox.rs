@@ -187,28 +187,8 @@ fn sandbox_off_is_reported_as_off() {
 fn the_running_daemon_reports_the_enforced_level() {
     let root = tempfile::tempdir().unwrap();
     let dir = root.path();
-    std::fs::create_dir_all(dir.join("policy")).unwrap();
-    let config = dir.join("fleetd.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "sandbox = \"required\"\nhost = \"solo\"\n[paths]\npolicy = \"{0}/policy\"\nstate = \"{0}/state\"\nruntime = \"{0}/run/fleetd\"\n",
-            dir.display()
-        ),
-    )
-    .unwrap();
-    let mut command = Command::new(BIN);
-    command
-        .args(["--config", config.to_str().unwrap(), "run"])
-        .env("HOME", dir);
-    let (mut child, lines) = common::spawn_logged(command);
-    let mut seen = String::new();
-    common::wait_for(
-        &lines,
-        &mut seen,
-        &["fleetd ready"],
-        Duration::from_secs(20),
-    );
+    let config = common::solo_config(dir, "solo", "sandbox = \"required\"\n");
+    let (mut child, _lines) = common::start_solo(&config, dir);
     let status = common::eventually("fleetd status", Duration::from_secs(10), || {
         let (ok, stdout, _) = common::fleetd_at(&config, dir, &["status"]);
         ok.then_some(stdout)

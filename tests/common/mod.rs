@@ -491,3 +491,39 @@ pub fn fleetd_at(
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// Writes a single-host config `dir/fleetd.toml` for host `host` (`top` prepended), with its
+/// policy, state and runtime directories under `dir`; returns its path.
+pub fn solo_config(dir: &std::path::Path, host: &str, top: &str) -> std::path::PathBuf {
+    std::fs::create_dir_all(dir.join("policy")).unwrap();
+    let config = dir.join("fleetd.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "{top}host = \"{host}\"\n[paths]\npolicy = \"{0}/policy\"\nstate = \"{0}/state\"\nruntime = \"{0}/run\"\n",
+            dir.display()
+        ),
+    )
+    .unwrap();
+    config
+}
+
+/// Starts `fleetd run` on `config` (HOME `dir`) and waits until it is ready.
+pub fn start_solo(
+    config: &std::path::Path,
+    dir: &std::path::Path,
+) -> (Child, mpsc::Receiver<String>) {
+    let mut command = Command::new(BIN);
+    command
+        .args(["--config", config.to_str().unwrap(), "run"])
+        .env("HOME", dir);
+    let (child, lines) = spawn_logged(command);
+    let mut seen = String::new();
+    wait_for(
+        &lines,
+        &mut seen,
+        &["fleetd ready"],
+        Duration::from_secs(20),
+    );
+    (child, lines)
+}
