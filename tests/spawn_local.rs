@@ -144,7 +144,7 @@ fn a_granted_profile_starts_ready_with_its_secret_and_refusals_carry_reasons() {
     assert_eq!(typed.len(), 1, "typed exactly once: {shown}");
     assert!(
         typed[0].contains(&format!(
-            "[fleetd: from {fleet}/h1 agent {primary}] hello there, the key is"
+            "[fleetd: from {fleet}/h1 agent {primary}, msg {id}] hello there, the key is"
         )),
         "{shown}"
     );
@@ -232,4 +232,50 @@ fn a_granted_profile_starts_ready_with_its_secret_and_refusals_carry_reasons() {
         "--file",
         host.state_dir().join("audit.jsonl").to_str().unwrap(),
     ]);
+
+    // A crash between typing and recording: the daemon stops while "second task" is held, the
+    // pane shows it typed (as the crashed daemon would have left it), and the next start finds
+    // the message's marker in the pane and records it delivered instead of typing it again.
+    common::terminate(&cleanup.children[0]);
+    let _ = cleanup.children[0].wait();
+    let pane = tmux
+        .panes()
+        .into_iter()
+        .find(|p| {
+            tmux.run(&["capture-pane", "-p", "-t", p])
+                .contains("please-ask")
+        })
+        .unwrap();
+    // The answered prompt scrolls out of the lines checked for one (as a real agent moves on).
+    for _ in 0..32 {
+        tmux.run(&["send-keys", "-t", &pane, "Enter"]);
+    }
+    let line = format!("[fleetd: from {fleet}/h1 agent {primary}, msg {waiting}] second task");
+    tmux.run(&["send-keys", "-t", &pane, "-l", &line]);
+    tmux.run(&["send-keys", "-t", &pane, "Enter"]);
+    let (child, log) = host.start_with_env(
+        &fleet,
+        &password,
+        &[],
+        &[],
+        (
+            &tmux.config_line(),
+            "[secrets.env-token]\nenv = \"FLEETD_ENV_TOKEN\"\n",
+        ),
+        &[("FLEETD_ENV_TOKEN", &env_canary)],
+    );
+    cleanup.children[0] = child;
+    wait_for(
+        &log,
+        &mut seen,
+        &["message found already typed"],
+        Duration::from_secs(20),
+    );
+    host.wait_delivery(&waiting, "delivered");
+    let typed = tmux
+        .shown()
+        .lines()
+        .filter(|l| l.contains("got:[") && l.contains("second task"))
+        .count();
+    assert_eq!(typed, 1, "typed again after the restart: {}", tmux.shown());
 }

@@ -136,7 +136,7 @@ max_instances = 1
         "typed once: {text}"
     );
     assert!(text.contains(&format!(
-        "got:[[fleetd: from {a}/laptop agent {primary}] count the lines in README.md]"
+        "got:[[fleetd: from {a}/laptop agent {primary}, msg {task}] count the lines in README.md]"
     )));
 
     let audit_file = w1.state_dir().join("audit.jsonl");

@@ -287,9 +287,9 @@ fn worker_policy(worker: &Host) {
     // One line: fleetd refuses a command word holding a line break.
     let script = format!(
         "echo 'agent> ready'; while read -r line; do echo \"got:[$line]\"; \
-         to=$(printf '%s\\n' \"$line\" | sed -n 's/^\\[fleetd: from [^ ]* agent \\([^]]*\\)\\].*/\\1/p'); \
+         to=$(printf '%s\\n' \"$line\" | sed -n 's/^\\[fleetd: from [^ ]* agent \\([^],]*\\),.*/\\1/p'); \
          if [ -n \"$to\" ]; then HOME={dir} XDG_RUNTIME_DIR={dir}/run {BIN} --config {dir}/fleetd.toml \
-         send \"$to\" 'done: 12 lines' >/dev/null 2>&1 && echo \"replied:[$to]\"; fi; done"
+         send \"$to\" 'done: 12 lines' > {dir}/reply.log 2>&1 && echo \"replied:[$to]\" || echo \"reply-failed\"; fi; done"
     );
     worker.policy(&[
         (
@@ -305,7 +305,8 @@ fn worker_policy(worker: &Host) {
             "10-grants.toml",
             format!(
                 "[[grant]]\nid = \"laptop-workers\"\ndescription = \"The primary delegates.\"\n\
-                 fleets = [\"{MAC}\"]\nhosts = [\"laptop\"]\nprofiles = [\"worker\"]\n"
+                 fleets = [\"{MAC}\"]\nhosts = [\"laptop\"]\nprofiles = [\"worker\"]\ncwd = true\n\
+                 [grant.env.TASK_ID]\npattern = \"[A-Z]{{2,5}}-[0-9]{{1,6}}\"\nmax_len = 16\n"
             ),
         ),
     ]);
@@ -356,6 +357,7 @@ fn delegation_a_primary_spawns_a_worker_on_fleet01_through_mcp_and_gets_its_repl
     let task = "count the lines in README.md";
     let (sent, error) = mcp.tool("send", serde_json::json!({"to": worker, "text": task}));
     assert!(!error, "{sent}");
+    let task_id = sent["id"].as_str().unwrap().to_owned();
     let primary = common::eventually(
         "the task typed into the worker's pane",
         Duration::from_secs(20),
@@ -366,7 +368,7 @@ fn delegation_a_primary_spawns_a_worker_on_fleet01_through_mcp_and_gets_its_repl
                 .find(|l| l.contains(task) && l.starts_with("got:"))?
                 .to_owned();
             let (_, rest) = got.split_once("agent ")?;
-            Some(rest.split(']').next()?.to_owned())
+            Some(rest.split(',').next()?.to_owned())
         },
     );
     let shown = tmux.shown();
@@ -377,14 +379,21 @@ fn delegation_a_primary_spawns_a_worker_on_fleet01_through_mcp_and_gets_its_repl
     );
     assert!(
         shown.contains(&format!(
-            "got:[[fleetd: from {MAC}/laptop agent {primary}] {task}]"
+            "got:[[fleetd: from {MAC}/laptop agent {primary}, msg {task_id}] {task}]"
         )),
         "{shown}"
     );
 
     // The reply is held on the laptop until the primary pulls and acknowledges it.
-    let (pulled, _) = mcp.tool("inbox_pull", serde_json::json!({"wait_secs": 20}));
+    let (pulled, _) = mcp.tool("inbox_pull", serde_json::json!({"wait_secs": 30}));
     let message = pulled["messages"][0].clone();
+    assert!(
+        message.is_object(),
+        "no reply held for the primary: {pulled}\nworker pane:\n{}\nworker's send: {}\nfleet01's roster: {}",
+        tmux.shown(),
+        std::fs::read_to_string(topology.worker.dir.join("reply.log")).unwrap_or_default(),
+        topology.worker.cli(&["roster", "--json"])
+    );
     assert_eq!(message["body"]["text"], "done: 12 lines", "{pulled}");
     assert_eq!(message["origin"]["host"], "fleet01", "{pulled}");
     let (again, _) = mcp.tool("inbox_pull", serde_json::json!({}));
@@ -397,4 +406,263 @@ fn delegation_a_primary_spawns_a_worker_on_fleet01_through_mcp_and_gets_its_repl
     let (empty, _) = mcp.tool("inbox_pull", serde_json::json!({}));
     assert_eq!(empty["messages"], serde_json::json!([]), "{empty}");
     assert!(tmux.shown().contains("replied:["), "the worker answered");
+}
+
+/// `fleetd --json spawn --host fleet01 ARGS`, run inside the laptop: (succeeded, reply).
+fn spawn_from_laptop(topology: &Topology, args: &[&str]) -> (bool, serde_json::Value) {
+    let laptop = &topology.laptop;
+    let mut command = Command::new(BIN);
+    command
+        .args(["--config", laptop.dir.join("fleetd.toml").to_str().unwrap()])
+        .args(["spawn", "--json", "--host", "fleet01"])
+        .args(args)
+        .env("HOME", &laptop.dir)
+        .env("XDG_RUNTIME_DIR", laptop.dir.join("run"));
+    let output = topology.net_laptop.wrap(&command).output().unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    let json: String = text
+        .lines()
+        .take_while(|l| !l.starts_with("error"))
+        .collect();
+    let reply = serde_json::from_str(&json).unwrap_or_else(|_| {
+        panic!(
+            "spawn {args:?}: {text}{}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+    });
+    (output.status.success(), reply)
+}
+
+/// fleet01's audit log so far.
+fn audit(host: &Host) -> String {
+    std::fs::read_to_string(host.state_dir().join("audit.jsonl")).unwrap_or_default()
+}
+
+fn now_ms() -> i64 {
+    i64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis(),
+    )
+    .unwrap()
+}
+
+/// A spawn request for `worker` as `origin` claims to send it, to fleet01's gateway.
+fn spawn_request(
+    origin: (&str, &str),
+    created_ms: i64,
+) -> (fleetd::wire::Meta, fleetd::wire::Payload) {
+    use fleetd::wire::{Kind, Meta, Party, Payload, SpawnRequest, VERSION};
+    let meta = Meta {
+        version: VERSION,
+        id: uuid::Uuid::now_v7(),
+        kind: Kind::SpawnRequest,
+        origin: Party {
+            fleet: origin.0.to_owned(),
+            host: origin.1.to_owned(),
+        },
+        dest: Party {
+            fleet: FLEET01.to_owned(),
+            host: "fleet01".to_owned(),
+        },
+        key_id: String::new(),
+        created_ms,
+        expires_ms: created_ms + 60_000,
+    };
+    let payload = Payload::SpawnRequest(SpawnRequest {
+        v: VERSION,
+        profile: "worker".to_owned(),
+        env: std::collections::BTreeMap::new(),
+        cwd: None,
+        label: Some("forged".to_owned()),
+    });
+    (meta, payload)
+}
+
+#[test]
+fn refusals_reach_the_laptop_launch_nothing_and_are_audited_on_fleet01() {
+    let _serial = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut topology = Topology::new();
+    worker_policy(&topology.worker);
+    let tmux = common::TmuxServer::start_in(common::nonce(), |c| topology.net_worker.wrap(c));
+    let (_, laptop_log) = topology.start(true, "", "");
+    let (_, worker_log) = topology.start(false, &tmux.config_line(), "");
+    wait(
+        &laptop_log,
+        &["peer joined", "\"peer.host\":\"fleet01\""],
+        Duration::from_secs(30),
+    );
+    wait(&worker_log, &["broker connected"], Duration::from_secs(30));
+    let panes = tmux.panes().len();
+
+    // Refused by fleet01's policy: the reason comes back to the laptop.
+    let cases: [(&[&str], &str); 4] = [
+        (&["--profile", "maintenance"], "no grant admits origin"),
+        (
+            &["--profile", "worker", "--env", "LD_PRELOAD=/tmp/evil.so"],
+            "LD_PRELOAD",
+        ),
+        (
+            &["--profile", "worker", "--env", "TASK_ID=rm -rf /"],
+            "TASK_ID",
+        ),
+        (&["--profile", "worker", "--cwd", "../../etc"], "cwd"),
+    ];
+    for (args, reason) in cases {
+        let (ok, reply) = spawn_from_laptop(&topology, args);
+        assert!(!ok, "{args:?} succeeded: {reply}");
+        assert_eq!(reply["outcome"], "refused", "{args:?}: {reply}");
+        assert!(
+            reply["reasons"].to_string().contains(reason),
+            "{args:?}: {reply}"
+        );
+    }
+    assert_eq!(
+        audit(&topology.worker).matches("\"spawn.refused\"").count(),
+        4
+    );
+
+    // Envelopes that fail the transport or signature checks: the test is the attacker, with
+    // the mac fleet's real broker credential and, where it matters, the laptop's real key.
+    let key_text =
+        std::fs::read_to_string(topology.laptop.dir.join("credentials/host-key")).unwrap();
+    let laptop_key =
+        fleetd::wire::HostKey::from_secret(&secrecy::SecretString::from(key_text)).unwrap();
+    let stranger = fleetd::wire::HostKey::generate().unwrap().0;
+    let mac_uri = fleetd::secret::BrokerUri::parse(&secrecy::SecretString::from(format!(
+        "amqp://{MAC}:{}@127.0.0.1:5672/%2F{MAC}",
+        topology.mac_password
+    )))
+    .unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    runtime.block_on(async {
+        use fleetd::broker::publish::Publisher;
+        use fleetd::broker::{connect, envelope, topology as names};
+        let state = std::sync::Arc::new(
+            fleetd::state::StateStore::open(scratch.path(), fleetd::state::Limits::default())
+                .unwrap(),
+        );
+        let conn = connect(&mac_uri, Some("/fleet01")).await.unwrap();
+        let publisher = Publisher::open(&conn, "/fleet01", MAC, state)
+            .await
+            .unwrap();
+        let ingress = names::ingress_exchange(MAC);
+        let send = |sealed: fleetd::wire::Sealed| {
+            let publisher = &publisher;
+            let ingress = ingress.clone();
+            async move {
+                publisher
+                    .send(&ingress, "ctl.fleet01", &sealed)
+                    .await
+                    .unwrap()
+            }
+        };
+        // Signed by a key fleet01 has not pinned (a host it does not know).
+        let (meta, payload) = spawn_request((MAC, "intruder"), now_ms());
+        send(fleetd::wire::seal(meta, &payload, &stranger)).await;
+        // Claims to be the laptop but signed by another key.
+        let (meta, payload) = spawn_request((MAC, "laptop"), now_ms());
+        send(fleetd::wire::seal(meta, &payload, &stranger)).await;
+        // Expired: the laptop's real signature, ten minutes old.
+        let (meta, payload) = spawn_request((MAC, "laptop"), now_ms() - 600_000);
+        send(fleetd::wire::seal(meta, &payload, &laptop_key)).await;
+        // Claims fleet `fleet01` while the broker attests `mac`.
+        let (meta, payload) = spawn_request((FLEET01, "laptop"), now_ms());
+        send(fleetd::wire::seal(meta, &payload, &laptop_key)).await;
+        // Replayed: a genuine request for a profile fleet01 refuses, then the same bytes again.
+        let (meta, mut payload) = spawn_request((MAC, "laptop"), now_ms());
+        if let fleetd::wire::Payload::SpawnRequest(request) = &mut payload {
+            request.profile = "maintenance".to_owned();
+        }
+        let genuine = fleetd::wire::seal(meta, &payload, &laptop_key);
+        send(genuine.clone()).await;
+        send(genuine.clone()).await;
+        // A forged user_id: the broker itself refuses the publish.
+        let channel = conn.create_channel().await.unwrap();
+        channel
+            .confirm_select(lapin::options::ConfirmSelectOptions::default())
+            .await
+            .unwrap();
+        let (meta, payload) = spawn_request((FLEET01, "fleet01"), now_ms());
+        let forged = fleetd::wire::seal(meta, &payload, &laptop_key);
+        let published = channel
+            .basic_publish(
+                ingress.as_str().into(),
+                "ctl.fleet01".into(),
+                lapin::options::BasicPublishOptions::default(),
+                &forged.body,
+                envelope::properties(&forged, FLEET01),
+            )
+            .await;
+        let confirmed = match published {
+            Ok(confirm) => confirm.await,
+            Err(e) => Err(e),
+        };
+        assert!(
+            !matches!(confirmed, Ok(lapin::Confirmation::Ack(_))),
+            "the broker accepted a forged user_id"
+        );
+    });
+    // A fleet fleet01 does not admit cannot even open its vhost.
+    let evil = format!("evil{}", common::nonce());
+    topology.fleets.names.push(evil.clone());
+    common::grants(&evil, &[], "canary-evil-pw");
+    let evil_uri = fleetd::secret::BrokerUri::parse(&secrecy::SecretString::from(format!(
+        "amqp://{evil}:canary-evil-pw@127.0.0.1:5672/%2F{evil}"
+    )))
+    .unwrap();
+    let refused = runtime.block_on(fleetd::broker::connect(&evil_uri, Some("/fleet01")));
+    assert!(
+        refused.is_err(),
+        "a fleet fleet01 does not admit opened its vhost"
+    );
+
+    // fleet01 recorded each refusal with its reason, launched nothing, and its log verifies.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let record = loop {
+        let text = audit(&topology.worker);
+        if text.matches("\"message.refused\"").count() >= 5 || Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    for reason in [
+        "no key is pinned for host `intruder`",
+        "is not the key pinned for the origin host",
+        "beyond the allowed skew",
+        "the envelope claims fleet `fleet01`, the broker attests `mac`",
+        "seen before (redelivery, republish or replay)",
+    ] {
+        assert!(
+            record.contains(reason),
+            "no `{reason}` refusal on record: {record}"
+        );
+    }
+    assert_eq!(record.matches("\"spawn.refused\"").count(), 5, "{record}");
+    assert_eq!(
+        tmux.panes().len(),
+        panes,
+        "something was launched on fleet01"
+    );
+    assert!(!record.contains("\"spawn.started\""), "{record}");
+    let mut verify = Command::new(BIN);
+    verify
+        .args([
+            "--config",
+            topology.worker.dir.join("fleetd.toml").to_str().unwrap(),
+        ])
+        .args(["audit", "verify", "--file"])
+        .arg(topology.worker.state_dir().join("audit.jsonl"))
+        .env("HOME", &topology.worker.dir);
+    let verified = topology.net_worker.wrap(&verify).output().unwrap();
+    assert!(
+        verified.status.success(),
+        "audit verify on fleet01: {}{}",
+        String::from_utf8_lossy(&verified.stdout),
+        String::from_utf8_lossy(&verified.stderr)
+    );
 }

@@ -53,7 +53,19 @@ impl Router for Gateway {
         }
         let me = self.courier.me();
         let local = self.courier.local_agents().iter().any(|(id, _)| *id == to);
-        let located = self.roster.lock().ok().and_then(|r| r.locate(to));
+        // The roster first; else where the agent last wrote from (a reply to a sender opened
+        // less than a beat ago).
+        let located = self
+            .roster
+            .lock()
+            .ok()
+            .and_then(|r| r.locate(to))
+            .or_else(|| {
+                self.courier.sender_at(to).map(|p| crate::roster::HostId {
+                    fleet: p.fleet,
+                    host: p.host,
+                })
+            });
         let (id, route) = match route::decide(local, located, &me.fleet) {
             Route::Local => (self.courier.send_local(to, from, text), "local"),
             Route::Fleet { host } => {

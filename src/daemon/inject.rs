@@ -4,8 +4,11 @@
 //! permission prompt on screen) or whose process exited gets nothing typed: the message stays
 //! held, and the block is logged and audited once.
 //!
-//! A crash between typing and that transaction types the message again after restart (the pane
-//! is not transactional); every other path is exactly once.
+//! The pane is not transactional: a crash between typing and that transaction would leave a
+//! typed message held. Every typed line carries its message id (`msg M`), so the first time
+//! the injector serves an agent after a start — or after a failed record — it looks for the
+//! marker of the agent's oldest held message in the pane's history and, if it is there, records
+//! the message as delivered instead of typing it again. Exactly once, with the pane as witness.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -25,6 +28,9 @@ use crate::spawn::dialog_line;
 /// Lines of pane output checked for a blocking prompt before typing.
 const CHECK_LINES: usize = 30;
 
+/// Lines of pane history searched for an already-typed message after a start.
+const HISTORY_LINES: usize = 5000;
+
 /// Types held messages into pane agents until `stop` turns true.
 pub async fn run(
     courier: Arc<Courier>,
@@ -35,6 +41,8 @@ pub async fn run(
 ) {
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     let mut blocked: HashSet<Uuid> = HashSet::new();
+    // Agents whose pane history was searched since this start (see the module comment).
+    let mut checked: HashSet<Uuid> = HashSet::new();
     loop {
         tokio::select! {
             _ = tick.tick() => {}
@@ -48,15 +56,29 @@ pub async fn run(
                 Arc::clone(&record),
             );
             let mut seen = std::mem::take(&mut blocked);
+            let mut known = std::mem::take(&mut checked);
             tokio::task::spawn_blocking(move || {
-                inject_round(&courier, mux.as_ref(), &scrubber, &record, &mut seen);
-                seen
+                let mut marks = Marks {
+                    blocked: &mut seen,
+                    checked: &mut known,
+                };
+                inject_round(&courier, mux.as_ref(), &scrubber, &record, &mut marks);
+                (seen, known)
             })
         };
-        if let Ok(still) = round.await {
+        if let Ok((still, known)) = round.await {
             blocked = still;
+            checked = known;
         }
     }
+}
+
+/// What the injector remembers between rounds.
+struct Marks<'a> {
+    /// Messages whose block was already logged and audited.
+    blocked: &'a mut HashSet<Uuid>,
+    /// Agents whose pane history was searched for an already-typed message.
+    checked: &'a mut HashSet<Uuid>,
 }
 
 /// One pass over the held messages for pane agents, oldest first.
@@ -65,12 +87,15 @@ fn inject_round(
     mux: &dyn Multiplexer,
     scrubber: &Scrubber,
     record: &Recorder,
-    blocked: &mut HashSet<Uuid>,
+    marks: &mut Marks<'_>,
 ) {
     let Ok(held) = courier.held(100, None) else {
         return;
     };
+    let blocked = &mut *marks.blocked;
     let mut stuck: HashSet<Uuid> = HashSet::new();
+    // Checked once per agent per round: the pane does not change between its messages.
+    let mut clear: HashSet<Uuid> = HashSet::new();
     for message in held {
         let Some(agent) = message.to else { continue };
         let Some(pane) = courier.pane_of(agent).map(PaneId) else {
@@ -80,7 +105,12 @@ fn inject_round(
         if stuck.contains(&agent) {
             continue;
         }
-        if let Some(reason) = block_reason(mux, &pane) {
+        let reason = if clear.contains(&agent) {
+            None
+        } else {
+            block_reason(mux, &pane)
+        };
+        if let Some(reason) = reason {
             stuck.insert(agent);
             // The roster says why its messages wait.
             courier.set_status(agent, "blocked");
@@ -93,11 +123,17 @@ fn inject_round(
             }
             continue;
         }
-        let text = scrubber.scrub(&typed(&message));
-        if let Err(error) = mux.send_text(&pane, &text) {
-            stuck.insert(agent);
-            warn!(msg.id = %message.id, %error, "cannot type a message into its pane; retrying");
-            continue;
+        clear.insert(agent);
+        let already = marks.checked.insert(agent) && typed_before(mux, &pane, message.id);
+        if already {
+            info!(msg.id = %message.id, agent.id = %agent, "message found already typed (before a restart): not typed again");
+        } else {
+            let text = scrubber.scrub(&typed(&message));
+            if let Err(error) = mux.send_text(&pane, &text) {
+                stuck.insert(agent);
+                warn!(msg.id = %message.id, %error, "cannot type a message into its pane; retrying");
+                continue;
+            }
         }
         blocked.remove(&message.id);
         courier.set_status(agent, "ready");
@@ -111,10 +147,24 @@ fn inject_round(
                 )]);
             }
             Err(error) => {
+                // Next time, the pane is asked before this message is typed again.
+                marks.checked.remove(&agent);
+                stuck.insert(agent);
                 warn!(msg.id = %message.id, %error, "typed, but not recorded as delivered")
             }
         }
     }
+}
+
+/// Whether the pane's history shows message `id` typed already.
+fn typed_before(mux: &dyn Multiplexer, pane: &PaneId, id: Uuid) -> bool {
+    mux.read(pane, HISTORY_LINES)
+        .is_ok_and(|history| history.contains(&marker(id)))
+}
+
+/// The part of a typed line that names its message.
+fn marker(id: Uuid) -> String {
+    format!("msg {id}]")
 }
 
 /// Why nothing may be typed into `pane` now, if anything.
@@ -144,7 +194,9 @@ fn typed(message: &Held) -> String {
         .and_then(serde_json::Value::as_str)
         .map_or(String::new(), |id| format!(" agent {id}"));
     format!(
-        "[fleetd: from {}/{}{from}] {text}",
-        message.origin.fleet, message.origin.host
+        "[fleetd: from {}/{}{from}, {} {text}",
+        message.origin.fleet,
+        message.origin.host,
+        marker(message.id)
     )
 }

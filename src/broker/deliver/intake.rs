@@ -105,6 +105,9 @@ impl Courier {
         let from_me = plan.meta.origin == self.me();
         match payload {
             Payload::AgentMessage(m) if self.is_local(m.to) => {
+                if let Some(sender) = m.from.filter(|_| !from_me) {
+                    self.learn_sender(sender, &plan.meta.origin);
+                }
                 plan.hold = Some(held_record(&plan.meta, Some(m.to), &m));
                 // A pane agent's message is delivered when it is typed (the injector's receipt).
                 if !from_me && self.pane_of(m.to).is_none() {

@@ -11,7 +11,7 @@ mod pump;
 
 pub use pump::{Outlets, Pump};
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -103,7 +103,15 @@ pub struct Courier {
     pub outbox_ready: Notify,
     /// Woken when a local agent was added (its inbox must be declared and consumed).
     pub agents_changed: Notify,
+    /// Where recent senders live, learned from verified messages (see [`Courier::sender_at`]).
+    senders: std::sync::Mutex<HashMap<Uuid, (Party, std::time::Instant)>>,
 }
+
+/// How long a sender's learned location serves (the roster has caught up long before).
+const SENDER_TTL: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// At most this many learned sender locations are kept.
+const MAX_SENDERS: usize = 4096;
 
 impl Courier {
     /// The courier of host `host` in `fleet` (own vhost `vhost`); loads the local agents.
@@ -129,7 +137,30 @@ impl Courier {
             agents: RwLock::new(agents),
             outbox_ready: Notify::new(),
             agents_changed: Notify::new(),
+            senders: std::sync::Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Records that agent `agent` sent a verified message from host `origin`.
+    fn learn_sender(&self, agent: Uuid, origin: &Party) {
+        if let Ok(mut senders) = self.senders.lock() {
+            if senders.len() >= MAX_SENDERS {
+                senders.retain(|_, (_, at)| at.elapsed() < SENDER_TTL);
+                if senders.len() >= MAX_SENDERS {
+                    senders.clear();
+                }
+            }
+            senders.insert(agent, (origin.clone(), std::time::Instant::now()));
+        }
+    }
+
+    /// Where agent `agent` sent a message from lately: the fallback for a reply to an agent the
+    /// roster does not list yet (it was opened less than a beat ago). Learned only from
+    /// verified envelopes; the roster, where each host announces only itself, wins.
+    pub fn sender_at(&self, agent: Uuid) -> Option<Party> {
+        let senders = self.senders.lock().ok()?;
+        let (party, at) = senders.get(&agent)?;
+        (at.elapsed() < SENDER_TTL).then(|| party.clone())
     }
 
     /// This host.
