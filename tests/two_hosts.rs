@@ -666,3 +666,177 @@ fn refusals_reach_the_laptop_launch_nothing_and_are_audited_on_fleet01() {
         String::from_utf8_lossy(&verified.stderr)
     );
 }
+
+/// Restarts RabbitMQ's application when dropped, so a failed fault test never leaves the
+/// broker stopped for the tests after it.
+struct BrokerBack;
+
+impl Drop for BrokerBack {
+    fn drop(&mut self) {
+        let _ = Command::new("rabbitmqctl")
+            .args(["-q", "start_app"])
+            .status();
+        let _ = Command::new("rabbitmqctl")
+            .args(["-q", "await_startup", "--timeout", "60"])
+            .status();
+    }
+}
+
+fn rabbitmqctl(action: &str) {
+    let status = Command::new("rabbitmqctl")
+        .args(["-q", action])
+        .status()
+        .unwrap();
+    assert!(status.success(), "rabbitmqctl {action}");
+}
+
+/// Stops the broker for `down`, in the background; join to have it back.
+fn restart_broker(down: Duration) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        rabbitmqctl("stop_app");
+        std::thread::sleep(down);
+        rabbitmqctl("start_app");
+    })
+}
+
+#[test]
+fn faults_two_thousand_messages_survive_broker_restarts_and_a_killed_host_exactly_once_in_order() {
+    let _serial = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _broker_back = BrokerBack;
+    let mut topology = Topology::new();
+    let work = topology.worker.work_dir();
+    let received = work.join("received.log");
+    // The sink writes every line its pane receives to a file (the pane's scrollback is finite).
+    let sink = format!(
+        "echo 'agent> ready'; while read -r line; do printf '%s\\n' \"$line\" >> {}; done",
+        received.display()
+    );
+    topology.worker.policy(&[
+        (
+            "00-profiles.toml",
+            format!(
+                "[profile.sink]\ndescription = \"Records what it is given.\"\nargv = [\"/bin/sh\", \"-c\", '''{sink}''']\n\
+                 roots = [\"{}\"]\nmax_instances = 1\n\n[profile.sink.ready]\npattern = \"^agent> ready\"\ntimeout_secs = 15\n",
+                work.display()
+            ),
+        ),
+        (
+            "10-grants.toml",
+            format!(
+                "[[grant]]\nid = \"sink\"\ndescription = \"The fault run.\"\nfleets = [\"{MAC}\"]\nhosts = [\"laptop\"]\nprofiles = [\"sink\"]\n"
+            ),
+        ),
+    ]);
+    let tmux = common::TmuxServer::start_in(common::nonce(), |c| topology.net_worker.wrap(c));
+    let (_, laptop_log) = topology.start(true, "", "");
+    let (worker_child, worker_log) = topology.start(false, &tmux.config_line(), "");
+    wait(
+        &laptop_log,
+        &["peer joined", "\"peer.host\":\"fleet01\""],
+        Duration::from_secs(30),
+    );
+    wait(&worker_log, &["broker connected"], Duration::from_secs(30));
+    let (ok, started) = spawn_from_laptop(&topology, &["--profile", "sink"]);
+    assert!(ok, "{started}");
+    let sink_id = started["agent"].as_str().unwrap().to_owned();
+    topology.laptop.wait_listed(&sink_id);
+    let primary = topology.laptop.open_agent("primary");
+
+    const COUNT: usize = 2000;
+    let mut outages = Vec::new();
+    for seq in 0..COUNT {
+        match seq {
+            500 | 1500 => outages.push(restart_broker(Duration::from_secs(3))),
+            1000 => {
+                topology.child(worker_child).kill().unwrap();
+                topology.child(worker_child).wait().unwrap();
+                let (_, _log) = topology.start(false, &tmux.config_line(), "");
+            }
+            _ => {}
+        }
+        let (_, route) = topology
+            .laptop
+            .send(&sink_id, &primary, &format!("m-{seq:04}"));
+        assert_eq!(route, "foreign", "message {seq}");
+    }
+    for outage in outages {
+        outage.join().unwrap();
+    }
+
+    let lines = common::eventually(
+        "every message typed into the sink's pane",
+        Duration::from_secs(240),
+        || {
+            let text = std::fs::read_to_string(&received).unwrap_or_default();
+            (text.lines().count() >= COUNT).then_some(text)
+        },
+    );
+    std::thread::sleep(Duration::from_secs(2)); // a duplicate would arrive now
+    let text = std::fs::read_to_string(&received).unwrap();
+    let seen: Vec<usize> = text
+        .lines()
+        .map(|l| {
+            let (_, tail) = l
+                .rsplit_once("] m-")
+                .unwrap_or_else(|| panic!("unexpected line {l:?}"));
+            tail.trim().parse().unwrap()
+        })
+        .collect();
+    let expected: Vec<usize> = (0..COUNT).collect();
+    assert_eq!(
+        seen.len(),
+        COUNT,
+        "{} lines, first count {}",
+        seen.len(),
+        lines.lines().count()
+    );
+    assert!(
+        seen == expected,
+        "not exactly once in order: first difference at {:?}",
+        seen.iter().zip(&expected).position(|(a, b)| a != b)
+    );
+}
+
+#[test]
+fn faults_both_hosts_start_while_the_broker_is_down_and_federate_when_it_is_back() {
+    let _serial = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let broker_back = BrokerBack;
+    let mut topology = Topology::new();
+    rabbitmqctl("stop_app");
+    let (_, laptop_log) = topology.start(true, "", "");
+    let (_, worker_log) = topology.start(false, "", "");
+    wait(&laptop_log, &["fleetd ready"], Duration::from_secs(20));
+    wait(&worker_log, &["fleetd ready"], Duration::from_secs(20));
+    for host in [&topology.laptop, &topology.worker] {
+        let status = common::eventually(
+            "status while the broker is down",
+            Duration::from_secs(10),
+            || {
+                let text = host.cli(&["status"]);
+                text.contains("unreachable").then_some(text)
+            },
+        );
+        assert!(status.contains("broker: unreachable since"), "{status}");
+        // Local routing works without the broker.
+        let notes = host.open_agent("notes");
+        let me = host.open_agent("primary");
+        let (id, route) = host.send(&notes, &me, "local while the broker is down");
+        assert_eq!(route, "local");
+        host.wait_delivery(&id, "delivered");
+    }
+    drop(broker_back); // start_app, and wait for it
+    wait(
+        &laptop_log,
+        &["peer joined", "\"peer.host\":\"fleet01\""],
+        Duration::from_secs(60),
+    );
+    wait(
+        &worker_log,
+        &["peer joined", "\"peer.host\":\"laptop\""],
+        Duration::from_secs(60),
+    );
+}

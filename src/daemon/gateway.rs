@@ -53,19 +53,21 @@ impl Router for Gateway {
         }
         let me = self.courier.me();
         let local = self.courier.local_agents().iter().any(|(id, _)| *id == to);
-        // The roster first; else where the agent last wrote from (a reply to a sender opened
-        // less than a beat ago).
-        let located = self
-            .roster
-            .lock()
-            .ok()
-            .and_then(|r| r.locate(to))
-            .or_else(|| {
-                self.courier.sender_at(to).map(|p| crate::roster::HostId {
-                    fleet: p.fleet,
-                    host: p.host,
-                })
-            });
+        // The roster first; else where the agent was last placed (see `Courier::placed_at`).
+        let located = match self.roster.lock().ok().and_then(|r| r.locate(to)) {
+            Some(host) => {
+                let party = Party {
+                    fleet: host.fleet.clone(),
+                    host: host.host.clone(),
+                };
+                self.courier.remember_placement(to, &party);
+                Some(host)
+            }
+            None => self.courier.placed_at(to).map(|p| crate::roster::HostId {
+                fleet: p.fleet,
+                host: p.host,
+            }),
+        };
         let (id, route) = match route::decide(local, located, &me.fleet) {
             Route::Local => (self.courier.send_local(to, from, text), "local"),
             Route::Fleet { host } => {

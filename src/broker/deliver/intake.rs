@@ -106,7 +106,7 @@ impl Courier {
         match payload {
             Payload::AgentMessage(m) if self.is_local(m.to) => {
                 if let Some(sender) = m.from.filter(|_| !from_me) {
-                    self.learn_sender(sender, &plan.meta.origin);
+                    self.remember_placement(sender, &plan.meta.origin);
                 }
                 plan.hold = Some(held_record(&plan.meta, Some(m.to), &m));
                 // A pane agent's message is delivered when it is typed (the injector's receipt).

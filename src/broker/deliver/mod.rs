@@ -103,15 +103,15 @@ pub struct Courier {
     pub outbox_ready: Notify,
     /// Woken when a local agent was added (its inbox must be declared and consumed).
     pub agents_changed: Notify,
-    /// Where recent senders live, learned from verified messages (see [`Courier::sender_at`]).
-    senders: std::sync::Mutex<HashMap<Uuid, (Party, std::time::Instant)>>,
+    /// Where agents were last placed (see [`Courier::placed_at`]).
+    placements: std::sync::Mutex<HashMap<Uuid, (Party, std::time::Instant)>>,
 }
 
-/// How long a sender's learned location serves (the roster has caught up long before).
-const SENDER_TTL: std::time::Duration = std::time::Duration::from_secs(120);
+/// How long a remembered placement serves.
+const PLACEMENT_TTL: std::time::Duration = std::time::Duration::from_secs(600);
 
-/// At most this many learned sender locations are kept.
-const MAX_SENDERS: usize = 4096;
+/// At most this many placements are remembered.
+const MAX_PLACEMENTS: usize = 4096;
 
 impl Courier {
     /// The courier of host `host` in `fleet` (own vhost `vhost`); loads the local agents.
@@ -137,30 +137,32 @@ impl Courier {
             agents: RwLock::new(agents),
             outbox_ready: Notify::new(),
             agents_changed: Notify::new(),
-            senders: std::sync::Mutex::new(HashMap::new()),
+            placements: std::sync::Mutex::new(HashMap::new()),
         })
     }
 
-    /// Records that agent `agent` sent a verified message from host `origin`.
-    fn learn_sender(&self, agent: Uuid, origin: &Party) {
-        if let Ok(mut senders) = self.senders.lock() {
-            if senders.len() >= MAX_SENDERS {
-                senders.retain(|_, (_, at)| at.elapsed() < SENDER_TTL);
-                if senders.len() >= MAX_SENDERS {
-                    senders.clear();
+    /// Remembers that agent `agent` lives on `host`: seen there by the roster, or the sender of
+    /// a verified message from there.
+    pub fn remember_placement(&self, agent: Uuid, host: &Party) {
+        if let Ok(mut placements) = self.placements.lock() {
+            if placements.len() >= MAX_PLACEMENTS {
+                placements.retain(|_, (_, at)| at.elapsed() < PLACEMENT_TTL);
+                if placements.len() >= MAX_PLACEMENTS {
+                    placements.clear();
                 }
             }
-            senders.insert(agent, (origin.clone(), std::time::Instant::now()));
+            placements.insert(agent, (host.clone(), std::time::Instant::now()));
         }
     }
 
-    /// Where agent `agent` sent a message from lately: the fallback for a reply to an agent the
-    /// roster does not list yet (it was opened less than a beat ago). Learned only from
-    /// verified envelopes; the roster, where each host announces only itself, wins.
-    pub fn sender_at(&self, agent: Uuid) -> Option<Party> {
-        let senders = self.senders.lock().ok()?;
-        let (party, at) = senders.get(&agent)?;
-        (at.elapsed() < SENDER_TTL).then(|| party.clone())
+    /// Where agent `agent` was last placed, within ten minutes: the fallback when the roster
+    /// does not list it — opened less than a beat ago (a reply to a new primary), or its host
+    /// reaped during an outage (its control queue keeps the message until it is back). The
+    /// roster, where each host announces only itself, wins.
+    pub fn placed_at(&self, agent: Uuid) -> Option<Party> {
+        let placements = self.placements.lock().ok()?;
+        let (party, at) = placements.get(&agent)?;
+        (at.elapsed() < PLACEMENT_TTL).then(|| party.clone())
     }
 
     /// This host.
