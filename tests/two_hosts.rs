@@ -746,6 +746,7 @@ fn faults_two_thousand_messages_survive_broker_restarts_and_a_killed_host_exactl
 
     const COUNT: usize = 2000;
     let mut outages = Vec::new();
+    let mut ids = Vec::with_capacity(COUNT);
     for seq in 0..COUNT {
         match seq {
             500 | 1500 => outages.push(restart_broker(Duration::from_secs(3))),
@@ -756,23 +757,37 @@ fn faults_two_thousand_messages_survive_broker_restarts_and_a_killed_host_exactl
             }
             _ => {}
         }
-        let (_, route) = topology
+        let (id, route) = topology
             .laptop
             .send(&sink_id, &primary, &format!("m-{seq:04}"));
         assert_eq!(route, "foreign", "message {seq}");
+        ids.push(id);
     }
     for outage in outages {
         outage.join().unwrap();
     }
 
-    let lines = common::eventually(
-        "every message typed into the sink's pane",
-        Duration::from_secs(240),
-        || {
-            let text = std::fs::read_to_string(&received).unwrap_or_default();
-            (text.lines().count() >= COUNT).then_some(text)
-        },
-    );
+    let deadline = Instant::now() + Duration::from_secs(240);
+    let lines = loop {
+        let text = std::fs::read_to_string(&received).unwrap_or_default();
+        let count = text.lines().count();
+        if count >= COUNT {
+            break text;
+        }
+        if Instant::now() > deadline {
+            let missing: String = ids
+                .get(count)
+                .map_or_else(String::new, |id: &String| id.clone());
+            panic!(
+                "{count} of {COUNT} messages reached the sink's pane within 240 s; the next one \
+                 ({missing}) on the laptop: {}; held on fleet01: {}; last received: {:?}",
+                topology.laptop.delivery(&missing),
+                topology.worker.held(&sink_id).len(),
+                text.lines().last()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    };
     std::thread::sleep(Duration::from_secs(2)); // a duplicate would arrive now
     let text = std::fs::read_to_string(&received).unwrap();
     let seen: Vec<usize> = text
@@ -839,4 +854,306 @@ fn faults_both_hosts_start_while_the_broker_is_down_and_federate_when_it_is_back
         &["peer joined", "\"peer.host\":\"laptop\""],
         Duration::from_secs(60),
     );
+}
+
+/// Copies of every message published in `vhosts` (RabbitMQ's firehose, `trace_on`), as the
+/// broker's operator could read them; the guest administrator consumes them.
+struct Firehose {
+    bodies: std::sync::Arc<Mutex<Vec<Vec<u8>>>>,
+    vhosts: Vec<String>,
+    _runtime: tokio::runtime::Runtime,
+}
+
+impl Firehose {
+    fn start(vhosts: &[&str]) -> Firehose {
+        use futures_lite::StreamExt;
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let bodies = std::sync::Arc::new(Mutex::new(Vec::new()));
+        for vhost in vhosts {
+            for args in [
+                vec![
+                    "-q",
+                    "set_permissions",
+                    "-p",
+                    vhost,
+                    "guest",
+                    ".*",
+                    ".*",
+                    ".*",
+                ],
+                vec!["-q", "trace_on", "-p", vhost],
+            ] {
+                let status = Command::new("rabbitmqctl").args(&args).status().unwrap();
+                assert!(status.success(), "rabbitmqctl {args:?}");
+            }
+            let uri = fleetd::secret::BrokerUri::parse(&secrecy::SecretString::from(format!(
+                "amqp://guest:guest@127.0.0.1:5672/{}",
+                vhost.replace('/', "%2F")
+            )))
+            .unwrap();
+            let sink = std::sync::Arc::clone(&bodies);
+            runtime.block_on(async move {
+                let conn = fleetd::broker::connect(&uri, None).await.unwrap();
+                let channel = conn.create_channel().await.unwrap();
+                let queue = channel
+                    .queue_declare(
+                        "".into(),
+                        lapin::options::QueueDeclareOptions {
+                            exclusive: true,
+                            auto_delete: true,
+                            ..Default::default()
+                        },
+                        lapin::types::FieldTable::default(),
+                    )
+                    .await
+                    .unwrap();
+                channel
+                    .queue_bind(
+                        queue.name().as_str().into(),
+                        "amq.rabbitmq.trace".into(),
+                        "publish.#".into(),
+                        lapin::options::QueueBindOptions::default(),
+                        lapin::types::FieldTable::default(),
+                    )
+                    .await
+                    .unwrap();
+                let mut consumer = channel
+                    .basic_consume(
+                        queue.name().as_str().into(),
+                        "firehose".into(),
+                        lapin::options::BasicConsumeOptions {
+                            no_ack: true,
+                            ..Default::default()
+                        },
+                        lapin::types::FieldTable::default(),
+                    )
+                    .await
+                    .unwrap();
+                tokio::spawn(async move {
+                    let _keep = conn;
+                    while let Some(Ok(delivery)) = consumer.next().await {
+                        sink.lock().unwrap().push(delivery.data);
+                    }
+                });
+            });
+        }
+        Firehose {
+            bodies,
+            vhosts: vhosts.iter().map(|v| (*v).to_owned()).collect(),
+            _runtime: runtime,
+        }
+    }
+
+    fn bodies(&self) -> Vec<Vec<u8>> {
+        self.bodies.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Firehose {
+    fn drop(&mut self) {
+        for vhost in &self.vhosts {
+            let _ = Command::new("rabbitmqctl")
+                .args(["-q", "trace_off", "-p", vhost])
+                .status();
+        }
+    }
+}
+
+/// Every file under `dir`, as bytes.
+fn every_file(dir: &std::path::Path, out: &mut Vec<(std::path::PathBuf, Vec<u8>)>) {
+    for entry in std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+    {
+        let path = entry.path();
+        if path.is_dir() {
+            every_file(&path, out);
+        } else if let Ok(bytes) = std::fs::read(&path) {
+            out.push((path, bytes));
+        }
+    }
+}
+
+#[test]
+fn canaries_reach_the_worker_and_no_log_record_message_reply_or_state() {
+    let _serial = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut topology = Topology::new();
+    let nonce = common::nonce();
+    let token = format!("fleetd-canary-token-{nonce:x}-kq");
+    // A realistic token (the scrubber leaves low-entropy placeholders alone on purpose).
+    let random = format!(
+        "{}{}",
+        uuid::Uuid::now_v7().simple(),
+        uuid::Uuid::now_v7().simple()
+    );
+    let git_token: String = "ghp_"
+        .chars()
+        .chain(random.chars().rev().enumerate().map(|(i, c)| {
+            if i % 3 == 0 {
+                c.to_ascii_uppercase()
+            } else {
+                c
+            }
+        }))
+        .take(40)
+        .collect();
+    std::fs::write(topology.worker.dir.join("credentials/worker-token"), &token).unwrap();
+    let work = topology.worker.work_dir();
+    std::fs::write(
+        work.join("remote.txt"),
+        format!("https://ci-bot:{git_token}@github.com/org/repo.git"),
+    )
+    .unwrap();
+    let dir = topology.worker.dir.display().to_string();
+    // Shows `git remote -v` on every task and answers with it; the token is in its environment.
+    let script = format!(
+        "echo token-length:${{#TOKEN}}; echo 'agent> ready'; while read -r line; do \
+         remote=\"origin $(cat {work}/remote.txt) (fetch)\"; echo \"$remote\"; \
+         to=$(printf '%s\\n' \"$line\" | sed -n 's/^\\[fleetd: from [^ ]* agent \\([^],]*\\),.*/\\1/p'); \
+         if [ -n \"$to\" ]; then HOME={dir} XDG_RUNTIME_DIR={dir}/run {BIN} --config {dir}/fleetd.toml \
+         send \"$to\" \"$remote\" > /dev/null 2>&1 && echo replied; fi; done",
+        work = work.display()
+    );
+    topology.worker.policy(&[
+        (
+            "00-profiles.toml",
+            format!(
+                "[profile.worker]\ndescription = \"Shows its git remote.\"\nargv = [\"/bin/sh\", \"-c\", '''{script}''']\n\
+                 roots = [\"{}\"]\nsecrets = {{ TOKEN = \"credential:worker-token\" }}\nmax_instances = 1\n\n\
+                 [profile.worker.ready]\npattern = \"^agent> ready\"\ntimeout_secs = 15\n",
+                work.display()
+            ),
+        ),
+        (
+            "10-grants.toml",
+            format!(
+                "[[grant]]\nid = \"w\"\ndescription = \"The canary run.\"\nfleets = [\"{MAC}\"]\nhosts = [\"laptop\"]\nprofiles = [\"worker\"]\n"
+            ),
+        ),
+    ]);
+    let firehose = Firehose::start(&["/mac", "/fleet01"]);
+    let tmux = common::TmuxServer::start_in(nonce, |c| topology.net_worker.wrap(c));
+    let (_, laptop_log) = topology.start(true, "", "");
+    let (_, worker_log) = topology.start(false, &tmux.config_line(), "");
+    wait(
+        &laptop_log,
+        &["peer joined", "\"peer.host\":\"fleet01\""],
+        Duration::from_secs(30),
+    );
+    wait(
+        &worker_log,
+        &["peer joined", "\"peer.host\":\"laptop\""],
+        Duration::from_secs(30),
+    );
+
+    let mut mcp = common::mcp::Session::start_with(
+        &topology
+            .net_laptop
+            .wrap(&common::mcp::Session::command(&topology.laptop)),
+    );
+    mcp.initialize();
+    let (spawned, _) = mcp.tool(
+        "spawn",
+        serde_json::json!({"profile": "worker", "host": "fleet01"}),
+    );
+    assert_eq!(spawned["outcome"], "started", "{spawned}");
+    let worker = spawned["agent"].as_str().unwrap().to_owned();
+    // The worker works: its environment holds the granted token.
+    let shown = tmux.shown();
+    assert!(
+        shown.contains(&format!("token-length:{}", token.len())),
+        "{shown}"
+    );
+    let pane = tmux
+        .panes()
+        .into_iter()
+        .find(|p| {
+            tmux.run(&["capture-pane", "-p", "-t", p])
+                .contains("token-length")
+        })
+        .unwrap();
+    let pid = tmux.run(&["display-message", "-p", "-t", &pane, "#{pane_pid}"]);
+    let environ = std::fs::read(format!("/proc/{}/environ", pid.trim())).unwrap();
+    assert!(
+        String::from_utf8_lossy(&environ).contains(&format!("TOKEN={token}")),
+        "the worker's environment lacks its token"
+    );
+    common::eventually("the worker in the roster", Duration::from_secs(20), || {
+        let (roster, _) = mcp.tool("roster", serde_json::json!({}));
+        roster.to_string().contains(&worker).then_some(())
+    });
+    let (sent, _) = mcp.tool(
+        "send",
+        serde_json::json!({"to": worker, "text": "which remote?"}),
+    );
+    assert!(sent["id"].is_string(), "{sent}");
+    let (pulled, _) = mcp.tool("inbox_pull", serde_json::json!({"wait_secs": 30}));
+    let reply = pulled["messages"][0]["body"]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        reply.starts_with("origin ") && reply.contains("[redacted"),
+        "{pulled}"
+    );
+    assert!(
+        tmux.shown().contains(&git_token),
+        "the worker printed its remote: {}",
+        tmux.shown()
+    );
+
+    // Everything that left the panes: logs of both daemons, both audit logs, every message body
+    // on the broker, the spawn reply, the MCP transcript and every file of the laptop's state.
+    std::thread::sleep(Duration::from_secs(2));
+    let mut places: Vec<(String, Vec<u8>)> = Vec::new();
+    let drain = |log: &Receiver<String>| -> Vec<u8> {
+        let mut text = String::new();
+        while let Ok(line) = log.try_recv() {
+            text.push_str(&line);
+            text.push('\n');
+        }
+        text.into_bytes()
+    };
+    places.push(("laptop's log".to_owned(), drain(&laptop_log)));
+    places.push(("fleet01's log".to_owned(), drain(&worker_log)));
+    for host in [&topology.laptop, &topology.worker] {
+        places.push((format!("{}'s audit", host.name), audit(host).into_bytes()));
+    }
+    let bodies = firehose.bodies();
+    assert!(
+        bodies.len() >= 4,
+        "the firehose saw {} messages",
+        bodies.len()
+    );
+    for (i, body) in bodies.into_iter().enumerate() {
+        places.push((format!("broker message {i}"), body));
+    }
+    places.push((
+        "the spawn reply".to_owned(),
+        spawned.to_string().into_bytes(),
+    ));
+    places.push(("MCP output".to_owned(), mcp.transcript.clone().into_bytes()));
+    let mut files = Vec::new();
+    every_file(&topology.laptop.state_dir(), &mut files);
+    assert!(!files.is_empty(), "the laptop's state dir is empty");
+    for (path, bytes) in files {
+        places.push((path.display().to_string(), bytes));
+    }
+    for (place, bytes) in &places {
+        let text = String::from_utf8_lossy(bytes);
+        for (what, canary) in [
+            ("the worker's token", token.as_str()),
+            ("the git remote token", git_token.as_str()),
+            ("mac's broker password", topology.mac_password.as_str()),
+            (
+                "fleet01's broker password",
+                topology.fleet01_password.as_str(),
+            ),
+        ] {
+            assert!(!text.contains(canary), "{what} reached {place}");
+        }
+    }
 }

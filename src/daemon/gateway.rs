@@ -51,6 +51,9 @@ impl Router for Gateway {
         if text.len() > MAX_TEXT {
             return Err(format!("message text longer than {MAX_TEXT} bytes"));
         }
+        // An agent may paste anything (a `git remote -v`, an env dump): what this host knows
+        // or recognises as a secret never reaches the state store, the broker or another host.
+        let text = self.scrubber.scrub(&text);
         let me = self.courier.me();
         let local = self.courier.local_agents().iter().any(|(id, _)| *id == to);
         // The roster first; else where the agent was last placed (see `Courier::placed_at`).
