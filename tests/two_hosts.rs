@@ -224,14 +224,54 @@ fn wait(lines: &Receiver<String>, needles: &[&str], within: Duration) -> Duratio
     common::wait_for(lines, &mut seen, needles, within)
 }
 
+/// The `reviewer` lead fleet01 keeps, as the laptop's roster shows it: (id, status).
+fn lead_seen_by_laptop(topology: &Topology) -> Option<(String, String)> {
+    let roster = topology.laptop.api(&serde_json::json!({"op": "roster"}));
+    roster["hosts"]
+        .as_array()?
+        .iter()
+        .find(|h| h["host"] == "fleet01" && h["state"] == "alive")?["agents"]
+        .as_array()?
+        .iter()
+        .find(|a| a["name"] == "reviewer")
+        .map(|a| {
+            (
+                a["id"].as_str().unwrap_or_default().to_owned(),
+                a["status"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+}
+
 #[test]
 fn roster_each_host_sees_the_other_and_a_killed_host_is_suspect_then_reaped() {
     let _serial = ONE_AT_A_TIME
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let mut topology = Topology::new();
+    // fleet01 keeps a lead, launched through its own policy into its own tmux server.
+    let work = topology.worker.work_dir();
+    let lead_script = r#"echo 'lead> ready'; while read -r line; do echo "got:[$line]"; done"#;
+    topology.worker.policy(&[
+        (
+            "00-profiles.toml",
+            format!(
+                "[profile.reviewer]\ndescription = \"A scripted lead.\"\n\
+                 argv = [\"/bin/sh\", \"-c\", '''{lead_script}''']\nroots = [\"{}\"]\nmax_instances = 1\n\n\
+                 [profile.reviewer.ready]\npattern = \"^lead> ready\"\ntimeout_secs = 15\n",
+                work.display()
+            ),
+        ),
+        (
+            "10-grants.toml",
+            "[[grant]]\nid = \"own-leads\"\ndescription = \"fleet01's leads.\"\nfleets = [\"fleet01\"]\n\
+             hosts = [\"fleet01\"]\nprofiles = [\"reviewer\"]\n"
+                .to_owned(),
+        ),
+    ]);
+    let tmux = common::TmuxServer::start_in(common::nonce(), |c| topology.net_worker.wrap(c));
+    let lead = "[[lead]]\nname = \"reviewer\"\nprofile = \"reviewer\"\n";
     let (_, laptop_log) = topology.start(true, "", "");
-    let (worker, worker_log) = topology.start(false, "", "");
+    let (worker, worker_log) = topology.start(false, &tmux.config_line(), lead);
     let joined_laptop = [
         "peer joined",
         "\"peer.host\":\"fleet01\"",
@@ -244,6 +284,11 @@ fn roster_each_host_sees_the_other_and_a_killed_host_is_suspect_then_reaped() {
     ];
     wait(&laptop_log, &joined_laptop, Duration::from_secs(30));
     wait(&worker_log, &joined_worker, Duration::from_secs(30));
+    let (lead_id, _) = common::eventually(
+        "fleet01's lead ready in the laptop's roster",
+        Duration::from_secs(30),
+        || lead_seen_by_laptop(&topology).filter(|(_, s)| s == "ready"),
+    );
 
     // Each host's local API is its own: the other's socket is not even visible.
     let socket = |host: &Host| host.dir.join("run/fleetd/fleetd.sock");
@@ -273,10 +318,23 @@ fn roster_each_host_sees_the_other_and_a_killed_host_is_suspect_then_reaped() {
         reaped_after < Duration::from_secs(10),
         "reaped at {reaped_after:?}"
     );
+    assert!(
+        lead_seen_by_laptop(&topology).is_none(),
+        "a reaped host's lead is still listed"
+    );
 
-    // Restarted: back.
-    let (_, _worker_log) = topology.start(false, "", "");
+    // Restarted: back, with its lead restored under the same global id.
+    let (_, _worker_log) = topology.start(false, &tmux.config_line(), lead);
     wait(&laptop_log, &joined_laptop, Duration::from_secs(30));
+    let (again, _) = common::eventually(
+        "fleet01's lead back in the laptop's roster",
+        Duration::from_secs(30),
+        || lead_seen_by_laptop(&topology).filter(|(_, s)| s == "ready"),
+    );
+    assert_eq!(
+        again, lead_id,
+        "the lead keeps its global id across the restart"
+    );
 }
 
 /// fleet01's policy: a scripted `worker` that prints every line it is given and answers the
