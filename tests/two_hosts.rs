@@ -851,6 +851,12 @@ fn faults_two_thousand_messages_survive_broker_restarts_and_a_killed_host_exactl
     let seen: Vec<usize> = text
         .lines()
         .map(|l| {
+            // One message a line: a pasted line left without its Enter would merge two.
+            assert_eq!(
+                l.matches("] m-").count(),
+                1,
+                "not one message on a line: {l:?}"
+            );
             let (_, tail) = l
                 .rsplit_once("] m-")
                 .unwrap_or_else(|| panic!("unexpected line {l:?}"));
@@ -941,7 +947,11 @@ impl Firehose {
                 ],
                 vec!["-q", "trace_on", "-p", vhost],
             ] {
-                let status = Command::new("rabbitmqctl").args(&args).status().unwrap();
+                let status = Command::new("rabbitmqctl")
+                    .args(&args)
+                    .output()
+                    .unwrap()
+                    .status;
                 assert!(status.success(), "rabbitmqctl {args:?}");
             }
             let uri = fleetd::secret::BrokerUri::parse(&secrecy::SecretString::from(format!(
@@ -1012,7 +1022,7 @@ impl Drop for Firehose {
         for vhost in &self.vhosts {
             let _ = Command::new("rabbitmqctl")
                 .args(["-q", "trace_off", "-p", vhost])
-                .status();
+                .output();
         }
     }
 }

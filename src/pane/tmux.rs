@@ -221,23 +221,32 @@ impl Multiplexer for Tmux {
             &["load-buffer", "-b", &buffer, "-"],
             clean.text.as_bytes(),
         )?;
+        // Paste and Enter in one command list: the server runs both in one go, so a fleetd
+        // killed meanwhile never leaves a pasted line without its Enter (which the next message
+        // would be appended to).
         let pasted = self.on_pane(
             "paste-buffer",
             pane,
-            &["paste-buffer", "-p", "-d", "-b", &buffer, "-t", &pane.0],
+            &[
+                "paste-buffer",
+                "-p",
+                "-d",
+                "-b",
+                &buffer,
+                "-t",
+                &pane.0,
+                ";",
+                "send-keys",
+                "-t",
+                &pane.0,
+                "Enter",
+            ],
             b"",
         );
         if pasted.is_err() {
             let _ = self.run("delete-buffer", &["delete-buffer", "-b", &buffer], b"");
         }
-        pasted?;
-        self.on_pane(
-            "send-keys",
-            pane,
-            &["send-keys", "-t", &pane.0, "Enter"],
-            b"",
-        )?;
-        Ok(())
+        pasted.map(drop)
     }
 
     fn read(&self, pane: &PaneId, lines: usize) -> Result<String, PaneError> {
