@@ -263,12 +263,12 @@ impl Multiplexer for Tmux {
         valid_pane(pane)?;
         // tmux marks a pane dead when its terminal closes, which can come a moment before the
         // process is reaped and its status known: ask again briefly before saying "unknown".
-        for attempt in 0..10 {
+        for attempt in 0..20 {
             let (dead, status) = self.pane_fields(pane)?;
             match (dead, status) {
                 (false, _) => return Ok(PaneState::Running),
                 (true, Some(status)) => return Ok(PaneState::Exited(status)),
-                (true, None) if attempt < 9 => std::thread::sleep(Duration::from_millis(50)),
+                (true, None) if attempt < 19 => std::thread::sleep(Duration::from_millis(50)),
                 (true, None) => break,
             }
         }
