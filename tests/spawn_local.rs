@@ -91,17 +91,20 @@ fn a_granted_profile_starts_ready_with_its_secret_and_refusals_carry_reasons() {
     policy(&host, &fleet);
     let tmux = TmuxServer::start(nonce);
     let env_canary = format!("env-canary-{nonce:x}-qq");
-    let (child, log) = host.start_with_env(
-        &fleet,
-        &password,
-        &[],
-        &[],
-        (
-            &tmux.config_line(),
-            "[secrets.env-token]\nenv = \"FLEETD_ENV_TOKEN\"\n",
-        ),
-        &[("FLEETD_ENV_TOKEN", &env_canary)],
-    );
+    let start = || {
+        host.start_with_env(
+            &fleet,
+            &password,
+            &[],
+            &[],
+            (
+                &tmux.config_line(),
+                "[secrets.env-token]\nenv = \"FLEETD_ENV_TOKEN\"\n",
+            ),
+            &[("FLEETD_ENV_TOKEN", &env_canary)],
+        )
+    };
+    let (child, log) = start();
     cleanup.children.push(child);
     let mut seen = String::new();
     wait_for(&log, &mut seen, &["fleetd ready"], Duration::from_secs(20));
@@ -253,17 +256,7 @@ fn a_granted_profile_starts_ready_with_its_secret_and_refusals_carry_reasons() {
     let line = format!("[fleetd: from {fleet}/h1 agent {primary}, msg {waiting}] second task");
     tmux.run(&["send-keys", "-t", &pane, "-l", &line]);
     tmux.run(&["send-keys", "-t", &pane, "Enter"]);
-    let (child, log) = host.start_with_env(
-        &fleet,
-        &password,
-        &[],
-        &[],
-        (
-            &tmux.config_line(),
-            "[secrets.env-token]\nenv = \"FLEETD_ENV_TOKEN\"\n",
-        ),
-        &[("FLEETD_ENV_TOKEN", &env_canary)],
-    );
+    let (child, log) = start();
     cleanup.children[0] = child;
     wait_for(
         &log,

@@ -527,3 +527,33 @@ pub fn start_solo(
     );
     (child, lines)
 }
+
+/// After peer `host` was SIGKILLed at `killed` (no `leaving`): waits for `log` to show it
+/// suspect, then reaped, and checks the timing of the test configuration (beats every second,
+/// suspect after 3 s of silence, reaped after 6 s).
+pub fn suspect_then_reaped(log: &mpsc::Receiver<String>, host: &str, killed: Instant) {
+    let peer = format!("\"peer.host\":\"{host}\"");
+    let mut seen = String::new();
+    wait_for(
+        log,
+        &mut seen,
+        &["peer suspect", &peer],
+        Duration::from_secs(10),
+    );
+    let suspect_after = killed.elapsed();
+    wait_for(
+        log,
+        &mut seen,
+        &["peer reaped", &peer],
+        Duration::from_secs(10),
+    );
+    let reaped_after = killed.elapsed();
+    assert!(
+        suspect_after >= Duration::from_secs(2) && suspect_after < reaped_after,
+        "suspect at {suspect_after:?}, reaped at {reaped_after:?}"
+    );
+    assert!(
+        reaped_after < Duration::from_secs(10),
+        "reaped at {reaped_after:?} (reap after 6 s of silence)"
+    );
+}
