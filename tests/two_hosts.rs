@@ -22,6 +22,9 @@ use std::time::{Duration, Instant};
 use common::netns::NetHost;
 use common::{BIN, Fleets, Host};
 
+/// The third octet of the next scenario's links (10.231.S.0/30 and 10.232.S.0/30).
+static NEXT_SUBNET: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(20);
+
 /// The scenarios share the fleets' names: one at a time.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
@@ -58,7 +61,9 @@ impl Topology {
         let root = tempfile::tempdir().unwrap();
         let laptop = Host::new(root.path(), "laptop");
         let worker = Host::new(root.path(), "fleet01");
-        let sub = u8::try_from(nonce % 200).unwrap() + 20;
+        // A subnet of its own per scenario: an earlier scenario's broker forwarder keeps its
+        // address bound until this process ends.
+        let sub = NEXT_SUBNET.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let tag = nonce % 1_000_000;
         let net_laptop = NetHost::create(&format!("fla{tag}"), 231, sub, &worker.dir);
         let net_worker = NetHost::create(&format!("flb{tag}"), 232, sub, &laptop.dir);
