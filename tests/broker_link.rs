@@ -12,21 +12,6 @@ use std::time::Duration;
 
 use common::{BIN, Fleets, grants, nonce, spawn_logged, terminate, wait_for};
 
-/// Starts the broker app again, even when the test fails (declared after `Fleets`, so it is
-/// dropped first and the clean-up finds the broker running).
-struct BrokerUp;
-
-impl Drop for BrokerUp {
-    fn drop(&mut self) {
-        let _ = Command::new("rabbitmqctl")
-            .args(["-q", "start_app"])
-            .output();
-        let _ = Command::new("rabbitmqctl")
-            .args(["-q", "await_startup"])
-            .output();
-    }
-}
-
 fn ctl(args: &[&str]) -> String {
     let output = Command::new("rabbitmqctl").args(args).output().unwrap();
     assert!(
@@ -70,7 +55,7 @@ fn a_daemon_started_while_the_broker_is_down_connects_when_it_comes_back() {
         format!("host = \"h{nonce}\"\nfleet = \"{fleet}\"\n[broker]\nuriEnv = \"FLEETD_LINK_URI\"\nbackoff_cap_secs = 2\n[log]\nformat = \"json\"\n"),
     )
     .unwrap();
-    let _broker_up = BrokerUp;
+    let _broker_up = common::BrokerUp;
     ctl(&["-q", "stop_app"]);
     let mut command = Command::new(BIN);
     command

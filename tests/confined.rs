@@ -568,22 +568,15 @@ fn fleetd_test() {
     std::fs::create_dir_all(&state).unwrap();
     std::fs::create_dir_all(&run).unwrap();
     let bin = PathBuf::from(common::BIN);
-    let mut command = confined(
+    let mut launcher = confined(
         &[&state, &run],
         &host.dir.join("credentials"),
         &[&bin, root.path()],
     );
-    command
-        .arg("--")
-        .arg(daemon.get_program())
-        .args(daemon.get_args());
-    for (name, value) in daemon.get_envs() {
-        if let Some(value) = value
-            && name != "CREDENTIALS_DIRECTORY"
-        {
-            command.env(name, value);
-        }
-    }
+    launcher.arg("--");
+    // The launcher points CREDENTIALS_DIRECTORY at its read-only copy itself.
+    let mut command = common::run_through(launcher, &daemon);
+    command.env_remove("CREDENTIALS_DIRECTORY");
     let (child, lines) = common::spawn_logged(command);
     cleanup.children.push(child);
     let mut seen = String::new();

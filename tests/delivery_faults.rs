@@ -14,7 +14,6 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::Duration;
 
 use common::{Host, eventually, one_fleet, wait_for};
@@ -34,29 +33,6 @@ fn drain(host: &Host, agent: &str) -> Vec<String> {
             let ack = host.api(&json!({"op": "held.ack", "id": id}));
             assert_eq!(ack["acknowledged"], true, "{ack}");
         }
-    }
-}
-
-fn rabbitmqctl(command: &str) {
-    let out = Command::new("rabbitmqctl")
-        .args(["-q", command])
-        .output()
-        .expect("rabbitmqctl is installed (scripts/test installs it)");
-    assert!(
-        out.status.success(),
-        "rabbitmqctl {command}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// Starts RabbitMQ's app again even when the test fails half-way.
-struct RestartGuard;
-
-impl Drop for RestartGuard {
-    fn drop(&mut self) {
-        let _ = Command::new("rabbitmqctl")
-            .args(["-q", "start_app"])
-            .output();
     }
 }
 
@@ -88,14 +64,14 @@ fn a_thousand_messages_survive_a_broker_restart_and_a_killed_receiver_exactly_on
     sender.wait_listed(&worker);
 
     // Run 1: the broker's app stops a third of the way in and starts again two thirds in.
-    let guard = RestartGuard;
+    let guard = common::BrokerUp;
     let mut ids: Vec<String> = Vec::new();
     for i in 0..N {
         if i == N / 3 {
-            rabbitmqctl("stop_app");
+            common::rabbitmqctl("stop_app");
         }
         if i == 2 * N / 3 {
-            rabbitmqctl("start_app");
+            common::rabbitmqctl("start_app");
         }
         let (id, route) = sender.send(&worker, &primary, &format!("run1 #{i:04}"));
         assert_eq!(route, "fleet");

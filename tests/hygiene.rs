@@ -40,16 +40,9 @@ fn started_with_umask_000_it_creates_private_files_and_shows_no_secret() {
     let host = Host::new(root.path(), "hygiene");
     let daemon = host.command(&fleet, &password, &[], &[], ("", ""), &[]);
     // The same command, started by a shell whose umask lets everyone read and write.
-    let mut wrapped = Command::new("sh");
-    wrapped
-        .args(["-c", "umask 000; exec \"$0\" \"$@\""])
-        .arg(daemon.get_program())
-        .args(daemon.get_args());
-    for (name, value) in daemon.get_envs() {
-        if let Some(value) = value {
-            wrapped.env(name, value);
-        }
-    }
+    let mut shell = Command::new("sh");
+    shell.args(["-c", "umask 000; exec \"$0\" \"$@\""]);
+    let wrapped = common::run_through(shell, &daemon);
     let (child, lines) = common::spawn_logged(wrapped);
     let pid = child.id();
     cleanup.children.push(child);

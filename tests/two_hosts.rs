@@ -224,6 +224,24 @@ fn isolation_each_fleet_passes_its_own_contract_and_fails_the_other() {
     assert_eq!((passes(&other), fails(&other)), (0, 8), "{other}");
 }
 
+/// What the laptop logs when fleet01 joins, and fleet01 when the laptop does.
+const JOINED_LAPTOP: [&str; 3] = [
+    "peer joined",
+    "\"peer.host\":\"fleet01\"",
+    "\"peer.fleet\":\"fleet01\"",
+];
+const JOINED_WORKER: [&str; 3] = [
+    "peer joined",
+    "\"peer.host\":\"laptop\"",
+    "\"peer.fleet\":\"mac\"",
+];
+
+/// Waits until each host's log shows the other joined (fleet and host both named).
+fn wait_joined(laptop_log: &Receiver<String>, worker_log: &Receiver<String>, within: Duration) {
+    wait(laptop_log, &JOINED_LAPTOP, within);
+    wait(worker_log, &JOINED_WORKER, within);
+}
+
 fn wait(lines: &Receiver<String>, needles: &[&str], within: Duration) -> Duration {
     let mut seen = String::new();
     common::wait_for(lines, &mut seen, needles, within)
@@ -273,22 +291,11 @@ fn roster_each_host_sees_the_other_and_a_killed_host_is_suspect_then_reaped() {
                 .to_owned(),
         ),
     ]);
-    let tmux = common::TmuxServer::start_in(common::nonce(), |c| topology.net_worker.wrap(c));
+    let tmux = common::TmuxServer::start_in(common::nonce(), |c| topology.net_worker.wrap(&c));
     let lead = "[[lead]]\nname = \"reviewer\"\nprofile = \"reviewer\"\n";
     let (_, laptop_log) = topology.start(true, "", "");
     let (worker, worker_log) = topology.start(false, &tmux.config_line(), lead);
-    let joined_laptop = [
-        "peer joined",
-        "\"peer.host\":\"fleet01\"",
-        "\"peer.fleet\":\"fleet01\"",
-    ];
-    let joined_worker = [
-        "peer joined",
-        "\"peer.host\":\"laptop\"",
-        "\"peer.fleet\":\"mac\"",
-    ];
-    wait(&laptop_log, &joined_laptop, Duration::from_secs(30));
-    wait(&worker_log, &joined_worker, Duration::from_secs(30));
+    wait_joined(&laptop_log, &worker_log, Duration::from_secs(30));
     let (lead_id, _) = common::eventually(
         "fleet01's lead ready in the laptop's roster",
         Duration::from_secs(30),
@@ -314,7 +321,7 @@ fn roster_each_host_sees_the_other_and_a_killed_host_is_suspect_then_reaped() {
 
     // Restarted: back, with its lead restored under the same global id.
     let (_, _worker_log) = topology.start(false, &tmux.config_line(), lead);
-    wait(&laptop_log, &joined_laptop, Duration::from_secs(30));
+    wait(&laptop_log, &JOINED_LAPTOP, Duration::from_secs(30));
     let (again, _) = common::eventually(
         "fleet01's lead back in the laptop's roster",
         Duration::from_secs(30),
@@ -362,19 +369,10 @@ fn worker_policy(worker: &Host) {
 /// fleet01's tmux server started inside fleet01 (outside its fleetd), then both daemons,
 /// joined both ways. Returns the server, fleet01's child index and both logs.
 fn start_pair(topology: &mut Topology) -> (common::TmuxServer, usize, [Receiver<String>; 2]) {
-    let tmux = common::TmuxServer::start_in(common::nonce(), |c| topology.net_worker.wrap(c));
+    let tmux = common::TmuxServer::start_in(common::nonce(), |c| topology.net_worker.wrap(&c));
     let (_, laptop_log) = topology.start(true, "", "");
     let (worker, worker_log) = topology.start(false, &tmux.config_line(), "");
-    wait(
-        &laptop_log,
-        &["peer joined", "\"peer.host\":\"fleet01\""],
-        Duration::from_secs(30),
-    );
-    wait(
-        &worker_log,
-        &["peer joined", "\"peer.host\":\"laptop\""],
-        Duration::from_secs(30),
-    );
+    wait_joined(&laptop_log, &worker_log, Duration::from_secs(30));
     (tmux, worker, [laptop_log, worker_log])
 }
 
@@ -393,7 +391,7 @@ fn delegate(
     let (tmux, _, [laptop_log, worker_log]) = start_pair(topology);
     // The primary: Claude Code's side of `fleetd mcp`, inside the laptop.
     let mut mcp = common::mcp::Session::start_with(
-        &topology
+        topology
             .net_laptop
             .wrap(&common::mcp::Session::command(&topology.laptop)),
     );
@@ -730,35 +728,12 @@ fn refusals_reach_the_laptop_launch_nothing_and_are_audited_on_fleet01() {
     );
 }
 
-/// Restarts RabbitMQ's application when dropped, so a failed fault test never leaves the
-/// broker stopped for the tests after it.
-struct BrokerBack;
-
-impl Drop for BrokerBack {
-    fn drop(&mut self) {
-        let _ = Command::new("rabbitmqctl")
-            .args(["-q", "start_app"])
-            .status();
-        let _ = Command::new("rabbitmqctl")
-            .args(["-q", "await_startup", "--timeout", "60"])
-            .status();
-    }
-}
-
-fn rabbitmqctl(action: &str) {
-    let status = Command::new("rabbitmqctl")
-        .args(["-q", action])
-        .status()
-        .unwrap();
-    assert!(status.success(), "rabbitmqctl {action}");
-}
-
 /// Stops the broker for `down`, in the background; join to have it back.
 fn restart_broker(down: Duration) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
-        rabbitmqctl("stop_app");
+        common::rabbitmqctl("stop_app");
         std::thread::sleep(down);
-        rabbitmqctl("start_app");
+        common::rabbitmqctl("start_app");
     })
 }
 
@@ -767,7 +742,7 @@ fn faults_two_thousand_messages_survive_broker_restarts_and_a_killed_host_exactl
     let _serial = ONE_AT_A_TIME
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let _broker_back = BrokerBack;
+    let _broker_back = common::BrokerUp;
     let mut topology = Topology::new();
     let work = topology.worker.work_dir();
     let received = work.join("received.log");
@@ -880,9 +855,9 @@ fn faults_both_hosts_start_while_the_broker_is_down_and_federate_when_it_is_back
     let _serial = ONE_AT_A_TIME
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let broker_back = BrokerBack;
+    let broker_back = common::BrokerUp;
     let mut topology = Topology::new();
-    rabbitmqctl("stop_app");
+    common::rabbitmqctl("stop_app");
     let (_, laptop_log) = topology.start(true, "", "");
     let (_, worker_log) = topology.start(false, "", "");
     wait(&laptop_log, &["fleetd ready"], Duration::from_secs(20));
@@ -905,16 +880,7 @@ fn faults_both_hosts_start_while_the_broker_is_down_and_federate_when_it_is_back
         host.wait_delivery(&id, "delivered");
     }
     drop(broker_back); // start_app, and wait for it
-    wait(
-        &laptop_log,
-        &["peer joined", "\"peer.host\":\"fleet01\""],
-        Duration::from_secs(60),
-    );
-    wait(
-        &worker_log,
-        &["peer joined", "\"peer.host\":\"laptop\""],
-        Duration::from_secs(60),
-    );
+    wait_joined(&laptop_log, &worker_log, Duration::from_secs(60));
 }
 
 /// Copies of every message published in `vhosts` (RabbitMQ's firehose, `trace_on`), as the

@@ -20,7 +20,7 @@ pub struct Session {
 
 impl Session {
     pub fn start(host: &Host) -> Session {
-        Session::start_with(&Session::command(host))
+        Session::start_with(Session::command(host))
     }
 
     /// `fleetd mcp` for `host`'s daemon, not yet started.
@@ -38,8 +38,7 @@ impl Session {
     }
 
     /// Starts `command` (a `fleetd mcp`, possibly wrapped) as the session's server.
-    pub fn start_with(command: &Command) -> Session {
-        let mut command = Session::copy(command);
+    pub fn start_with(mut command: Command) -> Session {
         let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -63,18 +62,6 @@ impl Session {
             next: 1,
             transcript: String::new(),
         }
-    }
-
-    fn copy(command: &Command) -> Command {
-        let mut copy = Command::new(command.get_program());
-        copy.args(command.get_args());
-        for (name, value) in command.get_envs() {
-            match value {
-                Some(value) => copy.env(name, value),
-                None => copy.env_remove(name),
-            };
-        }
-        copy
     }
 
     pub fn notify(&mut self, method: &str) {

@@ -364,16 +364,12 @@ pub struct TmuxServer(pub String);
 impl TmuxServer {
     /// Starts a server whose socket name is unique to `nonce`.
     pub fn start(nonce: u128) -> TmuxServer {
-        TmuxServer::start_in(nonce, |command| {
-            let mut copy = Command::new(command.get_program());
-            copy.args(command.get_args());
-            copy
-        })
+        TmuxServer::start_in(nonce, |command| command)
     }
 
     /// [`TmuxServer::start`], the server command passed through `wrap` (to start it inside a
     /// test host's namespaces).
-    pub fn start_in(nonce: u128, wrap: impl Fn(&Command) -> Command) -> TmuxServer {
+    pub fn start_in(nonce: u128, wrap: impl FnOnce(Command) -> Command) -> TmuxServer {
         let server = TmuxServer(format!("fleetd-test-{nonce}-{}", std::process::id()));
         let mut command = Command::new("tmux");
         command.args([
@@ -385,7 +381,7 @@ impl TmuxServer {
             "keep",
             "sleep 600",
         ]);
-        let started = wrap(&command)
+        let started = wrap(command)
             .status()
             .expect("tmux is needed for the pane tests (package tmux; scripts/test installs it)");
         assert!(started.success(), "cannot start a tmux server");
@@ -556,4 +552,50 @@ pub fn suspect_then_reaped(log: &mpsc::Receiver<String>, host: &str, killed: Ins
         reaped_after < Duration::from_secs(10),
         "reaped at {reaped_after:?} (reap after 6 s of silence)"
     );
+}
+
+/// `rabbitmqctl -q ACTION` (e.g. `stop_app`), quietly; panics with its stderr if it fails.
+pub fn rabbitmqctl(action: &str) {
+    let out = Command::new("rabbitmqctl")
+        .args(["-q", action])
+        .output()
+        .expect("rabbitmqctl is installed (scripts/test installs it)");
+    assert!(
+        out.status.success(),
+        "rabbitmqctl {action}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Starts RabbitMQ's application again (and waits for it) when dropped, so a test that stops
+/// the broker never leaves it stopped for the tests after it, even when it fails half-way.
+/// Declare it after `Fleets`, so it is dropped first and the clean-up finds the broker up.
+pub struct BrokerUp;
+
+impl Drop for BrokerUp {
+    fn drop(&mut self) {
+        let _ = Command::new("rabbitmqctl")
+            .args(["-q", "start_app"])
+            .output();
+        let _ = Command::new("rabbitmqctl")
+            .args(["-q", "await_startup", "--timeout", "60"])
+            .output();
+    }
+}
+
+/// `inner` run through the launcher `outer` (`ip netns exec …`, `sh -c …`, `unshare …`): its
+/// program and arguments appended to `outer`'s, its environment changes and working directory
+/// carried over.
+pub fn run_through(mut outer: Command, inner: &Command) -> Command {
+    outer.arg(inner.get_program()).args(inner.get_args());
+    for (name, value) in inner.get_envs() {
+        match value {
+            Some(value) => outer.env(name, value),
+            None => outer.env_remove(name),
+        };
+    }
+    if let Some(dir) = inner.get_current_dir() {
+        outer.current_dir(dir);
+    }
+    outer
 }

@@ -88,19 +88,8 @@ impl NetHost {
                 "-c",
                 "mount -t tmpfs none \"$0\" && exec \"$@\"",
             ])
-            .arg(&self.hidden)
-            .arg(command.get_program())
-            .args(command.get_args());
-        for (name, value) in command.get_envs() {
-            match value {
-                Some(value) => wrapped.env(name, value),
-                None => wrapped.env_remove(name),
-            };
-        }
-        if let Some(dir) = command.get_current_dir() {
-            wrapped.current_dir(dir);
-        }
-        wrapped
+            .arg(&self.hidden);
+        super::run_through(wrapped, command)
     }
 
     /// A shell command run inside this host: did it succeed?
