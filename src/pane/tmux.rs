@@ -268,7 +268,12 @@ impl Multiplexer for Tmux {
             match (dead, status) {
                 (false, _) => return Ok(PaneState::Running),
                 (true, Some(status)) => return Ok(PaneState::Exited(status)),
-                (true, None) if attempt < 19 => std::thread::sleep(Duration::from_millis(50)),
+                (true, None) if attempt < 19 => {
+                    if attempt % 4 == 3 {
+                        self.reap()?;
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
                 (true, None) => break,
             }
         }
@@ -291,6 +296,17 @@ impl Multiplexer for Tmux {
 }
 
 impl Tmux {
+    /// Makes the server reap children it was not told about. tmux built with libutempter (as
+    /// Debian's 3.3a is) sets SIGCHLD to its default while its utmp helper runs when a pane's
+    /// terminal closes; a pane process that exits in that moment loses its SIGCHLD and stays a
+    /// zombie, its status unknown, until some other child of the server exits (seen under load;
+    /// docs/panes.md). `run-shell true` makes such a child, and the server's SIGCHLD handler then
+    /// reaps every zombie.
+    fn reap(&self) -> Result<(), PaneError> {
+        self.run("run-shell", &["run-shell", "true"], b"")
+            .map(|_| ())
+    }
+
     /// Whether `pane` is dead, and its exit status once tmux knows it.
     fn pane_fields(&self, pane: &PaneId) -> Result<(bool, Option<i32>), PaneError> {
         // `display-message -t` on a missing pane prints nothing and succeeds: list instead.
