@@ -215,7 +215,7 @@ async fn main() {
         .await
         .unwrap();
     let inbound = Inbound::new("guest", pins, 120_000, receiver_state);
-    let uri: &'static BrokerUri = Box::leak(Box::new(uri));
+    let uri = Arc::new(uri);
     let publish = connection.create_channel().await.unwrap();
     publish
         .confirm_select(ConfirmSelectOptions::default())
@@ -223,7 +223,7 @@ async fn main() {
         .unwrap();
     let pumping = Arc::clone(&sender);
     tokio::spawn(async move {
-        let mut outlets = Outlets::new(publish, "/", uri);
+        let mut outlets = Outlets::new(publish, "/", uri, Arc::clone(&pumping));
         let mut pump = Pump::default();
         loop {
             tokio::select! {

@@ -168,3 +168,41 @@ fn a_daemon_started_while_the_broker_is_down_connects_when_it_comes_back() {
         "the broker password reached the log"
     );
 }
+
+/// A broker that accepts the TCP connection and then says nothing (booting, stopping, a proxy in
+/// front of a dead node): lapin's own `connection_timeout` covers only the TCP connect, so
+/// without fleetd's bound the attempt — and the link loop awaiting it — would wait forever.
+#[test]
+fn a_broker_that_accepts_and_never_answers_the_handshake_is_reported_unreachable() {
+    use fleetd::broker::{ConnectError, connect};
+    use fleetd::secret::BrokerUri;
+    use secrecy::SecretString;
+
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let held = std::thread::spawn(move || {
+        // Accept and hold the socket open without writing a byte.
+        let (socket, _) = silent.accept().unwrap();
+        std::thread::sleep(Duration::from_secs(30));
+        drop(socket);
+    });
+    let uri = BrokerUri::parse(&SecretString::from(format!(
+        "amqp://u:silent-pw@127.0.0.1:{port}/v"
+    )))
+    .unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let outcome = runtime.block_on(async {
+        tokio::time::timeout(Duration::from_secs(25), connect(&uri, None)).await
+    });
+    let error = match outcome {
+        Err(_) => panic!("connect() did not return within 25 s: the handshake is unbounded"),
+        Ok(Ok(_)) => panic!("a silent listener cannot complete an AMQP handshake"),
+        Ok(Err(error)) => error,
+    };
+    assert!(
+        matches!(&error, ConnectError::Unreachable { reason, .. } if reason.contains("handshake")),
+        "{error:?}"
+    );
+    assert!(!format!("{error:?}").contains("silent-pw"), "{error:?}");
+    drop(held);
+}

@@ -33,9 +33,31 @@ pub enum ConnectError {
     },
 }
 
-/// Connects to `vhost` (default: the URI's) with the URI's credential.
+/// How long a whole connection attempt (TCP, TLS, AMQP handshake, `connection.open`) may take.
+/// lapin's own `connection_timeout` bounds only the TCP connect; a broker that accepts the
+/// socket and then never answers (booting, stopping, a proxy in front of a dead node) would
+/// otherwise hold the caller forever, and the caller is the link's one loop.
+pub(crate) const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// Connects to `vhost` (default: the URI's) with the URI's credential, within
+/// [`HANDSHAKE_TIMEOUT`].
 pub async fn connect(uri: &BrokerUri, vhost: Option<&str>) -> Result<Connection, ConnectError> {
-    let vhost = vhost.unwrap_or(&uri.vhost).to_owned();
+    let vhost = vhost.unwrap_or(&uri.vhost);
+    match tokio::time::timeout(HANDSHAKE_TIMEOUT, connect_unbounded(uri, vhost)).await {
+        Ok(connected) => connected,
+        Err(_) => Err(ConnectError::Unreachable {
+            host: uri.host.clone(),
+            port: uri.port,
+            reason: format!(
+                "no answer to the handshake for vhost `{vhost}` within {} s",
+                HANDSHAKE_TIMEOUT.as_secs()
+            ),
+        }),
+    }
+}
+
+async fn connect_unbounded(uri: &BrokerUri, vhost: &str) -> Result<Connection, ConnectError> {
+    let vhost = vhost.to_owned();
     #[expect(
         clippy::disallowed_methods,
         reason = "lapin authenticates with the plain password"

@@ -113,6 +113,7 @@ pub async fn supervise(
     status: watch::Sender<LinkStatus>,
     mut stop: watch::Receiver<bool>,
 ) {
+    let uri = Arc::new(uri);
     let mut failures: u32 = 0;
     loop {
         if *stop.borrow() {
@@ -224,11 +225,11 @@ async fn declare(connection: &Connection, settings: &LinkSettings) -> Result<(),
 /// What one connection serves.
 struct Served<'a> {
     connection: &'a Connection,
-    uri: &'a BrokerUri,
+    uri: &'a Arc<BrokerUri>,
     settings: &'a LinkSettings,
     inbound: &'a Inbound,
     presence: &'a Presence,
-    courier: &'a Courier,
+    courier: &'a Arc<Courier>,
 }
 
 /// A delivery from any consumer, or the end of one (a broker cancel).
@@ -282,7 +283,12 @@ impl Served<'_> {
         {
             return Some(reason);
         }
-        let mut outlets = Outlets::new(publish, &self.uri.vhost, self.uri);
+        let mut outlets = Outlets::new(
+            publish,
+            &self.uri.vhost,
+            Arc::clone(self.uri),
+            Arc::clone(self.courier),
+        );
         let mut pump = Pump::default();
         let mut events = self.connection.events_listener();
         let mut next_beat = tokio::time::Instant::now();
@@ -490,7 +496,7 @@ impl Served<'_> {
 
     /// Sends the latest beat into each other fleet's `x.in.OWN`; a fleet that fails is retried
     /// on the next beat.
-    async fn beat_foreign(&self, outlets: &mut Outlets<'_>, leaving: bool) {
+    async fn beat_foreign(&self, outlets: &mut Outlets, leaving: bool) {
         let Some(body) = self.presence.last_beat.lock().ok().and_then(|b| b.clone()) else {
             return;
         };
@@ -498,7 +504,7 @@ impl Served<'_> {
         let exchange = topology::ingress_exchange(&self.presence.fleet);
         for fleet in &self.settings.beat_to {
             let vhost = format!("/{fleet}");
-            let Some(channel) = outlets.channel(&vhost).await else {
+            let Some(channel) = outlets.channel(&vhost) else {
                 continue;
             };
             let sent = publish_beat(

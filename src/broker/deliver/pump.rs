@@ -2,14 +2,17 @@
 //! opened publish-only connection per foreign vhost) and settled on the broker's answer.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::{Channel, Confirmation, Connection};
+use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 use uuid::Uuid;
 
 use super::{Courier, PUMP_ROUND, now_ms};
-use crate::broker::connect;
+use crate::broker::connect::{self, connect};
 use crate::broker::envelope::{OutboxRecord, properties};
 use crate::secret::BrokerUri;
 use crate::wire::{DeliveryState, Tracked};
@@ -22,70 +25,112 @@ pub struct Pump {
     confirms: JoinSet<(Uuid, Result<Confirmation, String>)>,
 }
 
+/// How long a foreign vhost that could not be opened is left alone before the next attempt.
+const FOREIGN_RETRY: Duration = Duration::from_secs(2);
+
 /// Confirm channels to publish on: the own vhost's, and one publish-only connection per foreign
-/// vhost, opened lazily (DESIGN.md "Connections and faults").
-pub struct Outlets<'a> {
+/// vhost, opened lazily (DESIGN.md "Connections and faults"). Foreign connections are opened in
+/// their own task: the link's loop (intake, beats, settling) never waits for a handshake.
+pub struct Outlets {
     own: Channel,
     own_vhost: String,
-    uri: &'a BrokerUri,
-    foreign: HashMap<String, (Connection, Channel)>,
+    uri: Arc<BrokerUri>,
+    courier: Arc<Courier>,
+    foreign: HashMap<String, Foreign>,
     failing: HashSet<String>,
 }
 
-impl<'a> Outlets<'a> {
-    /// Outlets with `own` (a confirm channel in `own_vhost`); foreign ones connect with `uri`.
-    pub fn new(own: Channel, own_vhost: &str, uri: &'a BrokerUri) -> Outlets<'a> {
+/// A foreign vhost's outlet.
+enum Foreign {
+    /// Being opened; the task wakes the pump (`outbox_ready`) when it is done.
+    Opening(oneshot::Receiver<Result<(Connection, Channel), String>>),
+    /// Open.
+    Open(Box<Connection>, Channel),
+    /// The last attempt failed; not tried again before this instant.
+    Resting(Instant),
+}
+
+impl Outlets {
+    /// Outlets with `own` (a confirm channel in `own_vhost`); foreign ones connect with `uri` and
+    /// wake `courier`'s pump when they open.
+    pub fn new(
+        own: Channel,
+        own_vhost: &str,
+        uri: Arc<BrokerUri>,
+        courier: Arc<Courier>,
+    ) -> Outlets {
         Outlets {
             own,
             own_vhost: own_vhost.to_owned(),
             uri,
+            courier,
             foreign: HashMap::new(),
             failing: HashSet::new(),
         }
     }
 
-    /// The confirm channel for `vhost`, opened if needed; `None` while it cannot be reached
-    /// (logged once per failure spell).
-    pub async fn channel(&mut self, vhost: &str) -> Option<Channel> {
+    /// The confirm channel for `vhost`; `None` while it is being opened or cannot be reached
+    /// (logged once per failure spell). Never waits.
+    pub fn channel(&mut self, vhost: &str) -> Option<Channel> {
         if vhost == self.own_vhost {
             return Some(self.own.clone());
         }
-        if let Some((connection, channel)) = self.foreign.get(vhost) {
-            if connection.status().connected() && channel.status().connected() {
-                return Some(channel.clone());
-            }
-            self.foreign.remove(vhost);
-        }
-        let opened = async {
-            let connection = connect(self.uri, Some(vhost))
-                .await
-                .map_err(|e| e.to_string())?;
-            let channel = connection
-                .create_channel()
-                .await
-                .map_err(|e| e.to_string())?;
-            channel
-                .confirm_select(ConfirmSelectOptions::default())
-                .await
-                .map_err(|e| e.to_string())?;
-            Ok::<_, String>((connection, channel))
-        };
-        match opened.await {
-            Ok((connection, channel)) => {
-                if self.failing.remove(vhost) {
-                    tracing::info!(%vhost, "foreign vhost reachable again");
+        match self.foreign.get_mut(vhost) {
+            Some(Foreign::Open(connection, channel)) => {
+                if connection.status().connected() && channel.status().connected() {
+                    return Some(channel.clone());
                 }
-                self.foreign
-                    .insert(vhost.to_owned(), (connection, channel.clone()));
-                Some(channel)
             }
-            Err(reason) => {
-                if self.failing.insert(vhost.to_owned()) {
-                    tracing::warn!(%vhost, %reason, "cannot publish to a foreign vhost; retrying");
+            Some(Foreign::Opening(pending)) => match pending.try_recv() {
+                Err(oneshot::error::TryRecvError::Empty) => return None,
+                Ok(Ok((connection, channel))) => {
+                    if self.failing.remove(vhost) {
+                        tracing::info!(%vhost, "foreign vhost reachable again");
+                    }
+                    self.foreign.insert(
+                        vhost.to_owned(),
+                        Foreign::Open(Box::new(connection), channel.clone()),
+                    );
+                    return Some(channel);
                 }
-                None
-            }
+                Ok(Err(reason)) => {
+                    if self.failing.insert(vhost.to_owned()) {
+                        tracing::warn!(%vhost, %reason, "cannot publish to a foreign vhost; retrying");
+                    }
+                    self.rest(vhost);
+                    return None;
+                }
+                Err(oneshot::error::TryRecvError::Closed) => {
+                    self.rest(vhost);
+                    return None;
+                }
+            },
+            Some(Foreign::Resting(until)) if Instant::now() < *until => return None,
+            Some(Foreign::Resting(_)) | None => {}
         }
+        let (tx, rx) = oneshot::channel();
+        let (uri, courier, target) = (
+            Arc::clone(&self.uri),
+            Arc::clone(&self.courier),
+            vhost.to_owned(),
+        );
+        tokio::spawn(async move {
+            if let Err(Ok((connection, _))) = tx.send(open(&uri, &target).await) {
+                // Nobody waits any more (the link reconnected or stopped).
+                let _ = connection.close(200, "unused".into()).await;
+            }
+            courier.outbox_ready.notify_one();
+        });
+        self.foreign.insert(vhost.to_owned(), Foreign::Opening(rx));
+        None
+    }
+
+    /// Leaves `vhost` alone for [`FOREIGN_RETRY`].
+    fn rest(&mut self, vhost: &str) {
+        self.foreign.insert(
+            vhost.to_owned(),
+            Foreign::Resting(Instant::now() + FOREIGN_RETRY),
+        );
     }
 
     /// Marks a foreign vhost's channel broken (reopened on next use).
@@ -93,12 +138,35 @@ impl<'a> Outlets<'a> {
         self.foreign.remove(vhost);
     }
 
-    /// Closes the foreign connections.
+    /// Closes the foreign connections (one still opening closes itself when it finds nobody
+    /// waiting).
     pub async fn close(&mut self) {
-        for (_, (connection, _)) in self.foreign.drain() {
-            let _ = connection.close(200, "fleetd stopping".into()).await;
+        for (_, foreign) in self.foreign.drain() {
+            if let Foreign::Open(connection, _) = foreign {
+                let _ = connection.close(200, "fleetd stopping".into()).await;
+            }
         }
     }
+}
+
+/// Opens a publish-only confirm channel in `vhost`, within the handshake bound.
+async fn open(uri: &BrokerUri, vhost: &str) -> Result<(Connection, Channel), String> {
+    let opened = async {
+        let connection = connect(uri, Some(vhost)).await.map_err(|e| e.to_string())?;
+        let channel = connection
+            .create_channel()
+            .await
+            .map_err(|e| e.to_string())?;
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok::<_, String>((connection, channel))
+    };
+    // The connect is bounded by itself; the channel RPCs after it must be too.
+    tokio::time::timeout(connect::HANDSHAKE_TIMEOUT, opened)
+        .await
+        .unwrap_or_else(|_| Err(format!("no answer opening a channel in `{vhost}`")))
 }
 
 impl Pump {
@@ -108,7 +176,7 @@ impl Pump {
         &mut self,
         courier: &Courier,
         user: &str,
-        outlets: &mut Outlets<'_>,
+        outlets: &mut Outlets,
     ) -> Result<(), String> {
         let pending = courier
             .state
@@ -132,7 +200,7 @@ impl Pump {
             if blocked.contains(&record.vhost) {
                 continue;
             }
-            let Some(channel) = outlets.channel(&record.vhost).await else {
+            let Some(channel) = outlets.channel(&record.vhost) else {
                 blocked.insert(record.vhost.clone());
                 continue;
             };
