@@ -413,6 +413,31 @@ impl StateStore {
         self.list(OUTBOX, "outbox list", usize::MAX)
     }
 
+    /// Up to `limit` outbox entries, oldest first, skipping those `skip` names (the pump's
+    /// in-flight set) without copying them: the pump asks after every answer it settles, while
+    /// a window of entries is in flight.
+    pub fn outbox_pending(
+        &self,
+        skip: &dyn Fn(Uuid) -> bool,
+        limit: usize,
+    ) -> Result<Vec<(Uuid, Vec<u8>)>, StateError> {
+        let op = "outbox list";
+        let txn = or_fail!(op, self.db.begin_read());
+        let t = or_fail!(op, txn.open_table(OUTBOX));
+        let mut out = Vec::new();
+        for entry in or_fail!(op, t.iter()) {
+            if out.len() >= limit {
+                break;
+            }
+            let (key, value) = or_fail!(op, entry);
+            let id = Uuid::from_slice(key.value()).map_err(|e| tx(op)(e.to_string()))?;
+            if !skip(id) {
+                out.push((id, value.value().to_vec()));
+            }
+        }
+        Ok(out)
+    }
+
     /// Holds a message for the primary until acknowledged.
     pub fn held_put(&self, id: Uuid, record: &[u8]) -> Result<(), StateError> {
         self.put(HELD, "held store", self.limits.max_held, id, record)

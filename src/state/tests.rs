@@ -89,6 +89,24 @@ fn held_messages_stay_until_acknowledged_and_are_bounded() {
 }
 
 #[test]
+fn pending_outbox_entries_skip_those_in_flight_oldest_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = store(dir.path());
+    let ids: Vec<Uuid> = (0..5).map(|_| Uuid::now_v7()).collect();
+    for (n, id) in ids.iter().enumerate() {
+        s.outbox_put(*id, format!("entry {n}").as_bytes()).unwrap();
+    }
+    let in_flight = [ids[0], ids[2]];
+    let pending = s.outbox_pending(&|id| in_flight.contains(&id), 2).unwrap();
+    assert_eq!(
+        pending,
+        vec![(ids[1], b"entry 1".to_vec()), (ids[3], b"entry 3".to_vec())]
+    );
+    assert_eq!(s.outbox_pending(&|_| false, 10).unwrap().len(), 5);
+    assert!(s.outbox_pending(&|_| true, 10).unwrap().is_empty());
+}
+
+#[test]
 fn outbox_keeps_records_until_removed() {
     let dir = tempfile::tempdir().unwrap();
     let id = Uuid::now_v7();

@@ -180,12 +180,8 @@ impl Pump {
     ) -> Result<(), String> {
         let pending = courier
             .state
-            .outbox_list()
-            .map_err(|e| e.to_string())?
-            .into_iter()
-            .filter(|(id, _)| !self.in_flight.contains(id))
-            .take(PUMP_ROUND)
-            .collect::<Vec<_>>();
+            .outbox_pending(&|id| self.in_flight.contains(&id), PUMP_ROUND)
+            .map_err(|e| e.to_string())?;
         let mut blocked = HashSet::new();
         for (id, bytes) in pending {
             let Ok(record) = serde_json::from_slice::<OutboxRecord>(&bytes) else {
