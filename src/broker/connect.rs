@@ -114,6 +114,19 @@ async fn connect_unbounded(uri: &BrokerUri, vhost: &str) -> Result<Connection, C
     })
 }
 
+/// A channel on `connection` in confirm mode (every publish answered by ack, nack or return).
+pub async fn confirm_channel(connection: &Connection) -> Result<lapin::Channel, String> {
+    let channel = connection
+        .create_channel()
+        .await
+        .map_err(|e| format!("channel: {e}"))?;
+    channel
+        .confirm_select(lapin::options::ConfirmSelectOptions::default())
+        .await
+        .map_err(|e| format!("confirm mode: {e}"))?;
+    Ok(channel)
+}
+
 /// Pins the CA bundle at `path` (`broker.ca_file`) on `uri`: `amqps` then trusts only those CAs.
 pub fn pin_ca(uri: &mut BrokerUri, path: Option<&std::path::Path>) -> Result<(), String> {
     let Some(path) = path else {

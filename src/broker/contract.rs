@@ -12,14 +12,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures_lite::StreamExt;
 use lapin::options::{
-    BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions,
-    ConfirmSelectOptions, QueueDeleteOptions,
+    BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions, QueueDeleteOptions,
 };
 use lapin::types::{FieldTable, ShortString};
 use lapin::{BasicProperties, Channel, Confirmation, Connection, Consumer};
 
-use super::connect;
 use super::topology::{self, INBOX_EXCHANGE, QueueType};
+use super::{confirm_channel, connect};
 use crate::secret::BrokerUri;
 
 /// The checks, in order.
@@ -114,14 +113,7 @@ impl Suite<'_> {
             .connection
             .as_ref()
             .ok_or("no connection to the vhost")?;
-        let channel = connection
-            .create_channel()
-            .await
-            .map_err(|e| format!("channel: {e}"))?;
-        channel
-            .confirm_select(ConfirmSelectOptions::default())
-            .await
-            .map_err(|e| format!("confirm mode: {e}"))?;
+        let channel = confirm_channel(connection).await?;
         channel
             .basic_qos(16, BasicQosOptions::default())
             .await

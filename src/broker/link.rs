@@ -9,10 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures_lite::StreamExt;
 use lapin::message::Delivery;
-use lapin::options::{
-    BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions,
-    ConfirmSelectOptions,
-};
+use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions};
 use lapin::types::FieldTable;
 use lapin::{Connection, Event};
 use tokio::sync::{mpsc, watch};
@@ -23,7 +20,7 @@ use super::deliver::{Courier, Outlets, Pump};
 use super::envelope;
 use super::inbound::{Inbound, InboundRefusal};
 use super::topology::{self, CTL_EXCHANGE, QueueType, ROSTER_EXCHANGE};
-use super::{ConnectError, connect};
+use super::{ConnectError, confirm_channel, connect};
 use crate::roster::{Change, HostId, Roster};
 use crate::secret::BrokerUri;
 use crate::wire::{self, HostKey, Kind, Meta, Party, Payload};
@@ -265,11 +262,7 @@ impl Served<'_> {
                 .await
                 .map_err(|e| format!("consume `{roster_queue}`: {e}"))?;
             let beats_out = self.channel(false).await?;
-            let publish = self.channel(false).await?;
-            publish
-                .confirm_select(ConfirmSelectOptions::default())
-                .await
-                .map_err(|e| e.to_string())?;
+            let publish = confirm_channel(self.connection).await?;
             Ok::<_, String>((consume, roster, beats_out, publish))
         };
         let (consume, mut roster, beats_out, publish) = match parts.await {

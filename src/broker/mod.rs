@@ -17,4 +17,4 @@ pub mod publish;
 pub mod topology;
 
 pub use apply::{ApplyError, apply};
-pub use connect::{ConnectError, connect, pin_ca};
+pub use connect::{ConnectError, confirm_channel, connect, pin_ca};

@@ -4,9 +4,10 @@
 
 use std::sync::Arc;
 
-use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::options::BasicPublishOptions;
 use lapin::{Channel, Confirmation, Connection};
 
+use super::confirm_channel;
 use super::envelope::{OutboxRecord, properties};
 use crate::state::{StateError, StateStore};
 use crate::wire::Sealed;
@@ -49,14 +50,7 @@ impl Publisher {
         user: &str,
         state: Arc<StateStore>,
     ) -> Result<Publisher, String> {
-        let channel = connection
-            .create_channel()
-            .await
-            .map_err(|e| e.to_string())?;
-        channel
-            .confirm_select(ConfirmSelectOptions::default())
-            .await
-            .map_err(|e| e.to_string())?;
+        let channel = confirm_channel(connection).await?;
         Ok(Publisher {
             channel,
             vhost: vhost.to_owned(),

@@ -5,14 +5,14 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::options::BasicPublishOptions;
 use lapin::{Channel, Confirmation, Connection};
 use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 use uuid::Uuid;
 
 use super::{Courier, PUMP_ROUND, now_ms};
-use crate::broker::connect::{self, connect};
+use crate::broker::connect::{self, confirm_channel, connect};
 use crate::broker::envelope::{OutboxRecord, properties};
 use crate::secret::BrokerUri;
 use crate::wire::{DeliveryState, Tracked};
@@ -153,14 +153,7 @@ impl Outlets {
 async fn open(uri: &BrokerUri, vhost: &str) -> Result<(Connection, Channel), String> {
     let opened = async {
         let connection = connect(uri, Some(vhost)).await.map_err(|e| e.to_string())?;
-        let channel = connection
-            .create_channel()
-            .await
-            .map_err(|e| e.to_string())?;
-        channel
-            .confirm_select(ConfirmSelectOptions::default())
-            .await
-            .map_err(|e| e.to_string())?;
+        let channel = confirm_channel(&connection).await?;
         Ok::<_, String>((connection, channel))
     };
     // The connect is bounded by itself; the channel RPCs after it must be too.
