@@ -23,7 +23,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use fleetd::broker::deliver::{Courier, Outlets, Pump};
 use fleetd::broker::inbound::Inbound;
-use fleetd::broker::{connect, topology};
+use fleetd::broker::{confirm_channel, connect, topology};
 use fleetd::secret::BrokerUri;
 use fleetd::state::{Limits, StateStore};
 use fleetd::wire::{HostKey, Party, PinnedKeys};
@@ -216,11 +216,7 @@ async fn main() {
         .unwrap();
     let inbound = Inbound::new("guest", pins, 120_000, receiver_state);
     let uri = Arc::new(uri);
-    let publish = connection.create_channel().await.unwrap();
-    publish
-        .confirm_select(ConfirmSelectOptions::default())
-        .await
-        .unwrap();
+    let publish = confirm_channel(&connection).await.unwrap();
     let pumping = Arc::clone(&sender);
     tokio::spawn(async move {
         let mut outlets = Outlets::new(publish, "/", uri, Arc::clone(&pumping));

@@ -421,21 +421,7 @@ impl StateStore {
         skip: &dyn Fn(Uuid) -> bool,
         limit: usize,
     ) -> Result<Vec<(Uuid, Vec<u8>)>, StateError> {
-        let op = "outbox list";
-        let txn = or_fail!(op, self.db.begin_read());
-        let t = or_fail!(op, txn.open_table(OUTBOX));
-        let mut out = Vec::new();
-        for entry in or_fail!(op, t.iter()) {
-            if out.len() >= limit {
-                break;
-            }
-            let (key, value) = or_fail!(op, entry);
-            let id = Uuid::from_slice(key.value()).map_err(|e| tx(op)(e.to_string()))?;
-            if !skip(id) {
-                out.push((id, value.value().to_vec()));
-            }
-        }
-        Ok(out)
+        self.list_except(OUTBOX, "outbox list", skip, limit)
     }
 
     /// Holds a message for the primary until acknowledged.
@@ -593,13 +579,30 @@ impl StateStore {
         op: &'static str,
         limit: usize,
     ) -> Result<Vec<(Uuid, Vec<u8>)>, StateError> {
+        self.list_except(table, op, &|_| false, limit)
+    }
+
+    /// Up to `limit` entries of `table` in key order, leaving out (without copying their values)
+    /// those whose id `skip` names.
+    fn list_except(
+        &self,
+        table: TableDefinition<'_, &[u8], &[u8]>,
+        op: &'static str,
+        skip: &dyn Fn(Uuid) -> bool,
+        limit: usize,
+    ) -> Result<Vec<(Uuid, Vec<u8>)>, StateError> {
         let txn = or_fail!(op, self.db.begin_read());
         let t = or_fail!(op, txn.open_table(table));
         let mut out = Vec::new();
-        for entry in or_fail!(op, t.iter()).take(limit) {
+        for entry in or_fail!(op, t.iter()) {
+            if out.len() >= limit {
+                break;
+            }
             let (key, value) = or_fail!(op, entry);
             let id = Uuid::from_slice(key.value()).map_err(|e| tx(op)(e.to_string()))?;
-            out.push((id, value.value().to_vec()));
+            if !skip(id) {
+                out.push((id, value.value().to_vec()));
+            }
         }
         Ok(out)
     }
