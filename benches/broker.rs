@@ -3,11 +3,14 @@
 //! Run: `cargo bench --bench broker` (needs RabbitMQ at 127.0.0.1:5672, guest/guest; uses the
 //! default vhost with a uniquely named exchange and queue, removed afterwards).
 //!
-//! Raw: publish with confirm, consume, ack. fleetd, with the daemon's own parts: `Courier::send`
-//! (seal with Ed25519, outbox commit, group disk sync) while a pump publishes with confirm and
-//! settles; then `Courier::intake` (origin, signature, window, replay + dedupe + hold + receipt in
-//! one durable transaction per window of up to 32) and ack. Prints p50/p99 round-trip latency
-//! (one message in flight) and throughput (a window of 64 in flight), and the ratios. Targets
+//! Raw: publish with confirm; a consumer task acks. fleetd, with the daemon's own parts:
+//! `Courier::send` (seal with Ed25519, outbox commit, group disk sync) while a pump publishes
+//! with confirm and settles as the link does; the receiving task runs `Courier::intake` (origin,
+//! signature, window, replay + dedupe + hold + receipt in one durable transaction per window of
+//! up to 32) and acks. Each receiver runs as its own task, as the receiving gateway's link does;
+//! a round trip lasts until the receiver has acked. Raw and fleetd alternate in blocks so that
+//! drift on a shared machine weighs on both alike. Prints p50/p99 round-trip latency (one
+//! message in flight) and throughput (a window of 64 in flight), and the ratios. Targets
 //! (issue 4): p50 ≤ 1.5× raw, throughput ≥ 0.7× raw.
 
 #![allow(
@@ -15,7 +18,8 @@
     clippy::unwrap_used,
     clippy::expect_used,
     clippy::indexing_slicing,
-    reason = "a benchmark reports on stdout"
+    clippy::async_yields_async,
+    reason = "a benchmark reports on stdout; `publish` hands back the confirm to await later"
 )]
 
 use std::sync::Arc;
@@ -29,29 +33,72 @@ use fleetd::state::{Limits, StateStore};
 use fleetd::wire::{HostKey, Party, PinnedKeys};
 use futures_lite::StreamExt;
 use lapin::options::{
-    BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, ConfirmSelectOptions,
-    QueueDeleteOptions,
+    BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, QueueDeleteOptions,
 };
 use lapin::types::{FieldTable, ShortString};
 use lapin::{BasicProperties, Consumer};
 use secrecy::SecretString;
+use tokio::sync::watch;
 use uuid::Uuid;
 
 const ROUNDS: usize = 1000;
+/// How long the receiver may fall silent before the bench reports a stall.
+const STALL: Duration = Duration::from_secs(20);
 const WINDOW: usize = 64;
 const THROUGHPUT_MESSAGES: usize = 4000;
+/// Raw and fleetd take turns this many times.
+const BLOCKS: usize = 8;
 
 fn percentile(samples: &mut [Duration], p: f64) -> Duration {
     samples.sort();
     samples[((samples.len() as f64 - 1.0) * p).round() as usize]
 }
 
-async fn next(consumer: &mut Consumer) -> lapin::message::Delivery {
-    consumer
-        .next()
+/// The receiving side as its own task (as the receiving gateway's link runs it): takes what is
+/// waiting, up to one window of 32, `process`es it (`true`: every delivery is to be acked), acks
+/// the window's deliveries together and reports the running count of acked messages.
+fn receive(
+    mut consumer: Consumer,
+    mut process: impl FnMut(&[lapin::message::Delivery]) -> bool + Send + 'static,
+) -> watch::Receiver<usize> {
+    let (acked, counter) = watch::channel(0);
+    tokio::spawn(async move {
+        let mut total = 0;
+        while let Some(first) = consumer.next().await {
+            let mut window = vec![first.expect("delivery")];
+            while window.len() < 32 {
+                match futures_lite::future::poll_once(consumer.next()).await {
+                    Some(Some(Ok(d))) => window.push(d),
+                    _ => break,
+                }
+            }
+            assert!(process(&window), "genuine messages are taken in");
+            let mut acks = tokio::task::JoinSet::new();
+            for d in &window {
+                let acker = d.acker.clone();
+                acks.spawn(async move { acker.ack(BasicAckOptions::default()).await });
+            }
+            while let Some(sent) = acks.join_next().await {
+                assert!(sent.unwrap().unwrap());
+            }
+            total += window.len();
+            acked.send_replace(total);
+        }
+    });
+    counter
+}
+
+/// Waits until the receiver has acked `count` messages in all; a stall is reported, not waited
+/// out (`what` names the side).
+async fn until(acked: &mut watch::Receiver<usize>, count: usize, what: &str) {
+    let waited = tokio::time::timeout(STALL, acked.wait_for(|n| *n >= count))
         .await
-        .expect("consumer open")
-        .expect("delivery")
+        .is_ok();
+    assert!(
+        waited,
+        "{what}: only {} of {count} messages acked after {STALL:?}",
+        *acked.borrow()
+    );
 }
 
 #[tokio::main]
@@ -83,13 +130,11 @@ async fn main() {
     .await
     .unwrap();
 
-    // Raw lapin.
-    let raw = connection.create_channel().await.unwrap();
-    raw.confirm_select(ConfirmSelectOptions::default())
-        .await
-        .unwrap();
+    // Raw lapin: the publisher publishes with confirm; a consumer task takes what is waiting
+    // (up to a window of 32) and acks it.
+    let raw = confirm_channel(&connection).await.unwrap();
     let consume = connection.create_channel().await.unwrap();
-    let mut consumer = consume
+    let consumer = consume
         .basic_consume(
             queue.as_str().into(),
             "bench".into(),
@@ -98,6 +143,7 @@ async fn main() {
         )
         .await
         .unwrap();
+    let mut raw_acked = receive(consumer, |_| true);
     let body = vec![b'x'; 400];
     let props = || {
         BasicProperties::default()
@@ -109,9 +155,7 @@ async fn main() {
         mandatory: true,
         ..BasicPublishOptions::default()
     };
-    let mut raw_lat = Vec::with_capacity(ROUNDS);
-    for _ in 0..ROUNDS {
-        let t = Instant::now();
+    let publish = || async {
         raw.basic_publish(
             exchange.into(),
             key.as_str().into(),
@@ -121,51 +165,12 @@ async fn main() {
         )
         .await
         .unwrap()
-        .await
-        .unwrap();
-        let d = next(&mut consumer).await;
-        d.ack(BasicAckOptions::default()).await.unwrap();
-        raw_lat.push(t.elapsed());
-    }
-    let t = Instant::now();
-    let mut sent = 0;
-    let mut received = 0;
-    while received < THROUGHPUT_MESSAGES {
-        let mut confirms = Vec::new();
-        while sent < THROUGHPUT_MESSAGES && confirms.len() < WINDOW {
-            confirms.push(
-                raw.basic_publish(
-                    exchange.into(),
-                    key.as_str().into(),
-                    options,
-                    &body,
-                    props(),
-                )
-                .await
-                .unwrap(),
-            );
-            sent += 1;
-        }
-        let batch = confirms.len();
-        for c in confirms {
-            c.await.unwrap();
-        }
-        for _ in 0..batch {
-            next(&mut consumer)
-                .await
-                .ack(BasicAckOptions::default())
-                .await
-                .unwrap();
-            received += 1;
-        }
-    }
-    let raw_rate = THROUGHPUT_MESSAGES as f64 / t.elapsed().as_secs_f64();
-
+    };
     // fleetd: the daemon's own parts. The sender's `Courier::send` (seal, outbox commit, group
     // disk sync) runs on a blocking thread as the local API runs it, while a pump task publishes
-    // on a confirm channel and settles on the broker's answer, as the link does. The receiver
-    // takes deliveries in with `Courier::intake` (origin, signature, window, replay + dedupe +
-    // hold + receipt in one durable transaction per window) and acks after it.
+    // on a confirm channel and settles on the broker's answer, as the link does. The receiving
+    // gateway's task takes deliveries in with `Courier::intake` (origin, signature, window,
+    // replay + dedupe + hold + receipt in one durable transaction per window) and acks after it.
     let dir = tempfile::tempdir().unwrap();
     let host_key = Arc::new(HostKey::generate().unwrap().0);
     let mut pins = PinnedKeys::default();
@@ -205,7 +210,7 @@ async fn main() {
     )
     .await
     .unwrap();
-    let mut consumer = consume
+    let consumer = consume
         .basic_consume(
             inbox.as_str().into(),
             "bench-fleetd".into(),
@@ -215,12 +220,23 @@ async fn main() {
         .await
         .unwrap();
     let inbound = Inbound::new("guest", pins, 120_000, receiver_state);
+    let mut ours_acked = receive(consumer, move |window| {
+        let views: Vec<(&str, &BasicProperties, &[u8])> = window
+            .iter()
+            .map(|d| (d.exchange.as_str(), &d.properties, d.data.as_slice()))
+            .collect();
+        let (acks, _) = receiver.intake(&inbound, &views);
+        acks.iter().all(|a| *a)
+    });
     let uri = Arc::new(uri);
-    let publish = confirm_channel(&connection).await.unwrap();
+    let pump_channel = confirm_channel(&connection).await.unwrap();
     let pumping = Arc::clone(&sender);
     tokio::spawn(async move {
-        let mut outlets = Outlets::new(publish, "/", uri, Arc::clone(&pumping));
+        let mut outlets = Outlets::new(pump_channel, "/", uri, Arc::clone(&pumping));
         let mut pump = Pump::default();
+        // The link's loop: woken by new entries, runs again once idle after settling, and
+        // every 2 s.
+        let mut retry = tokio::time::interval(Duration::from_secs(2));
         loop {
             tokio::select! {
                 () = pumping.outbox_ready.notified() => {
@@ -228,6 +244,12 @@ async fn main() {
                 }
                 settled = pump.settle_next(&pumping), if pump.busy() => {
                     settled.unwrap().unwrap();
+                    if !pump.busy() {
+                        pump.run(&pumping, "guest", &mut outlets).await.unwrap();
+                    }
+                }
+                _ = retry.tick() => {
+                    pump.run(&pumping, "guest", &mut outlets).await.unwrap();
                 }
             }
         }
@@ -240,60 +262,64 @@ async fn main() {
         let (sender, dest) = (Arc::clone(&sender), dest.clone());
         tokio::task::spawn_blocking(move || sender.send(dest, worker, None, text).unwrap())
     };
-    // Takes in what is waiting (up to one prefetch window, as the link does) and acks it.
-    let take_in = |deliveries: Vec<lapin::message::Delivery>| {
-        let views: Vec<(&str, &BasicProperties, &[u8])> = deliveries
-            .iter()
-            .map(|d| (d.exchange.as_str(), &d.properties, d.data.as_slice()))
-            .collect();
-        let (acks, _) = receiver.intake(&inbound, &views);
-        assert!(acks.iter().all(|a| *a), "genuine messages are taken in");
-        deliveries
-    };
     let text = "x".repeat(256);
-    let mut ours_lat = Vec::with_capacity(ROUNDS);
-    for _ in 0..ROUNDS {
-        let t = Instant::now();
-        send(text.clone()).await.unwrap();
-        for d in take_in(vec![next(&mut consumer).await]) {
-            d.ack(BasicAckOptions::default()).await.unwrap();
-        }
-        ours_lat.push(t.elapsed());
-    }
-    let t = Instant::now();
-    let mut received = 0;
-    let mut remaining = THROUGHPUT_MESSAGES;
-    while received < THROUGHPUT_MESSAGES {
-        let batch = remaining.min(WINDOW);
-        let sends: Vec<_> = (0..batch).map(|_| send(text.clone())).collect();
-        for s in sends {
-            s.await.unwrap();
-        }
-        remaining -= batch;
-        let mut left = batch;
-        while left > 0 {
-            let mut window = vec![next(&mut consumer).await];
-            while window.len() < left.min(32) {
-                match futures_lite::future::poll_once(consumer.next()).await {
-                    Some(Some(Ok(d))) => window.push(d),
-                    _ => break,
+
+    // Raw and fleetd alternate in blocks (the first side alternating too), so that drift on a
+    // shared machine weighs on both alike; latencies and burst times are pooled per side.
+    let (mut raw_lat, mut ours_lat) = (Vec::new(), Vec::new());
+    let (mut raw_busy, mut ours_busy) = (Duration::ZERO, Duration::ZERO);
+    let (mut raw_total, mut ours_total) = (0, 0);
+    for block in 0..BLOCKS {
+        for side in [block % 2, 1 - block % 2] {
+            if side == 0 {
+                for _ in 0..ROUNDS / BLOCKS {
+                    let t = Instant::now();
+                    publish().await.await.unwrap();
+                    raw_total += 1;
+                    until(&mut raw_acked, raw_total, "raw").await;
+                    raw_lat.push(t.elapsed());
                 }
-            }
-            left -= window.len();
-            received += window.len();
-            let acked = take_in(window);
-            // As the link does: the window's acks go out together.
-            let mut acks = tokio::task::JoinSet::new();
-            for d in acked {
-                let acker = d.acker.clone();
-                acks.spawn(async move { acker.ack(BasicAckOptions::default()).await });
-            }
-            while let Some(sent) = acks.join_next().await {
-                assert!(sent.unwrap().unwrap());
+                let t = Instant::now();
+                let mut sent = 0;
+                while sent < THROUGHPUT_MESSAGES / BLOCKS {
+                    let mut confirms = Vec::new();
+                    while sent < THROUGHPUT_MESSAGES / BLOCKS && confirms.len() < WINDOW {
+                        confirms.push(publish().await);
+                        sent += 1;
+                    }
+                    for c in confirms {
+                        c.await.unwrap();
+                    }
+                }
+                raw_total += sent;
+                until(&mut raw_acked, raw_total, "raw").await;
+                raw_busy += t.elapsed();
+            } else {
+                for _ in 0..ROUNDS / BLOCKS {
+                    let t = Instant::now();
+                    send(text.clone()).await.unwrap();
+                    ours_total += 1;
+                    until(&mut ours_acked, ours_total, "fleetd").await;
+                    ours_lat.push(t.elapsed());
+                }
+                let t = Instant::now();
+                let mut remaining = THROUGHPUT_MESSAGES / BLOCKS;
+                while remaining > 0 {
+                    let batch = remaining.min(WINDOW);
+                    let sends: Vec<_> = (0..batch).map(|_| send(text.clone())).collect();
+                    for s in sends {
+                        s.await.unwrap();
+                    }
+                    remaining -= batch;
+                    ours_total += batch;
+                }
+                until(&mut ours_acked, ours_total, "fleetd").await;
+                ours_busy += t.elapsed();
             }
         }
     }
-    let ours_rate = THROUGHPUT_MESSAGES as f64 / t.elapsed().as_secs_f64();
+    let raw_rate = THROUGHPUT_MESSAGES as f64 / raw_busy.as_secs_f64();
+    let ours_rate = THROUGHPUT_MESSAGES as f64 / ours_busy.as_secs_f64();
 
     let _ = setup
         .queue_delete(inbox.as_str().into(), QueueDeleteOptions::default())
@@ -310,7 +336,7 @@ async fn main() {
         percentile(&mut ours_lat, 0.99),
     );
     println!(
-        "broker bench: {ROUNDS} round trips one at a time; {THROUGHPUT_MESSAGES} messages, {WINDOW} in flight"
+        "broker bench: {ROUNDS} round trips one at a time; {THROUGHPUT_MESSAGES} messages, {WINDOW} in flight; raw and fleetd alternating in {BLOCKS} blocks"
     );
     println!(
         "raw lapin : p50 {:>7.3} ms  p99 {:>7.3} ms  throughput {:>8.0} msg/s",
