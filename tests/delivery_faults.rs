@@ -71,7 +71,7 @@ fn a_thousand_messages_survive_a_broker_restart_and_a_killed_receiver_exactly_on
             common::rabbitmqctl("stop_app");
         }
         if i == 2 * N / 3 {
-            common::rabbitmqctl("start_app");
+            common::start_broker();
         }
         let (id, route) = sender.send(&worker, &primary, &format!("run1 #{i:04}"));
         assert_eq!(route, "fleet");

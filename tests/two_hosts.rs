@@ -733,7 +733,7 @@ fn restart_broker(down: Duration) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         common::rabbitmqctl("stop_app");
         std::thread::sleep(down);
-        common::rabbitmqctl("start_app");
+        common::start_broker();
     })
 }
 

@@ -556,13 +556,41 @@ pub fn suspect_then_reaped(log: &mpsc::Receiver<String>, host: &str, killed: Ins
 
 /// `rabbitmqctl -q ACTION` (e.g. `stop_app`), quietly; panics with its stderr if it fails.
 pub fn rabbitmqctl(action: &str) {
+    rabbitmqctl_args(&[action]);
+}
+
+/// `rabbitmqctl start_app`, then `await_startup`. `start_app` right after a `stop_app` has been
+/// seen to fail once in a whole CI run with "Error: normal" while the node was fine a moment
+/// later, so a failed attempt is retried (up to 5, 2 s apart) before the test is failed with the
+/// last error.
+pub fn start_broker() {
+    let mut last = String::new();
+    for _ in 0..5 {
+        let out = Command::new("rabbitmqctl")
+            .args(["-q", "start_app"])
+            .output()
+            .expect("rabbitmqctl is installed (scripts/test installs it)");
+        if out.status.success() {
+            rabbitmqctl_args(&["await_startup", "--timeout", "60"]);
+            return;
+        }
+        last = String::from_utf8_lossy(&out.stderr).into_owned();
+        std::thread::sleep(std::time::Duration::from_secs(2));
+    }
+    panic!("rabbitmqctl start_app failed 5 times; the last: {last}");
+}
+
+/// `rabbitmqctl -q ARGS...`; panics with its stderr if it fails.
+fn rabbitmqctl_args(args: &[&str]) {
     let out = Command::new("rabbitmqctl")
-        .args(["-q", action])
+        .arg("-q")
+        .args(args)
         .output()
         .expect("rabbitmqctl is installed (scripts/test installs it)");
     assert!(
         out.status.success(),
-        "rabbitmqctl {action}: {}",
+        "rabbitmqctl {}: {}",
+        args.join(" "),
         String::from_utf8_lossy(&out.stderr)
     );
 }
