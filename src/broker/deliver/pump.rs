@@ -163,8 +163,10 @@ async fn open(uri: &BrokerUri, vhost: &str) -> Result<(Connection, Channel), Str
 }
 
 impl Pump {
-    /// Publishes what is in the outbox and not in flight, oldest first. `Err`: the own channel
-    /// failed (reconnect).
+    /// Publishes what is in the outbox and not in flight, oldest first, at most [`PUMP_ROUND`]
+    /// entries (the link's loop stays responsive); when a round was full and got somewhere, the
+    /// pump wakes itself (`outbox_ready`) for the next. `Err`: the own channel failed
+    /// (reconnect).
     pub async fn run(
         &mut self,
         courier: &Courier,
@@ -175,15 +177,19 @@ impl Pump {
             .state
             .outbox_pending(&|id| self.in_flight.contains(&id), PUMP_ROUND)
             .map_err(|e| e.to_string())?;
+        let full = pending.len() >= PUMP_ROUND;
+        let mut progressed = false;
         let mut blocked = HashSet::new();
         for (id, bytes) in pending {
             let Ok(record) = serde_json::from_slice::<OutboxRecord>(&bytes) else {
                 tracing::warn!(msg.id = %id, "unreadable outbox entry dropped");
                 let _ = courier.state.outbox_settle(&[id], &[]);
+                progressed = true;
                 continue;
             };
             let Some(sealed) = record.sealed() else {
                 let _ = courier.state.outbox_settle(&[id], &[]);
+                progressed = true;
                 continue;
             };
             if blocked.contains(&record.vhost) {
@@ -208,6 +214,7 @@ impl Pump {
                 .await;
             match published {
                 Ok(confirm) => {
+                    progressed = true;
                     self.in_flight.insert(id);
                     self.confirms
                         .spawn(async move { (id, confirm.await.map_err(|e| e.to_string())) });
@@ -219,6 +226,12 @@ impl Pump {
                     blocked.insert(record.vhost.clone());
                 }
             }
+        }
+        // More may be waiting behind this round. Without this, they waited for the next send,
+        // or for the whole in-flight set to settle. A round that published nothing (every
+        // vhost in it unreachable) is left to the link's retry tick instead of spinning.
+        if full && progressed {
+            courier.outbox_ready.notify_one();
         }
         Ok(())
     }
