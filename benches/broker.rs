@@ -22,6 +22,8 @@
     reason = "a benchmark reports on stdout; `publish` hands back the confirm to await later"
 )]
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -101,6 +103,68 @@ async fn until(acked: &mut watch::Receiver<usize>, count: usize, what: &str) {
     );
 }
 
+/// A message started: awaiting it waits for what the sender waits for (raw: the broker's
+/// confirm; fleetd: `send` returning, i.e. the outbox entry durable).
+type Started = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// One side of the comparison: what its receiver has acked, and what it measured.
+struct Side {
+    name: &'static str,
+    acked: watch::Receiver<usize>,
+    total: usize,
+    latencies: Vec<Duration>,
+    busy: Duration,
+}
+
+impl Side {
+    fn new(name: &'static str, acked: watch::Receiver<usize>) -> Side {
+        Side {
+            name,
+            acked,
+            total: 0,
+            latencies: Vec::with_capacity(ROUNDS),
+            busy: Duration::ZERO,
+        }
+    }
+
+    /// One block: round trips one at a time (until the receiver acked), then a burst with up to
+    /// [`WINDOW`] started at once, timed until the receiver acked all of it.
+    async fn block<F: Future<Output = Started>>(&mut self, start: impl Fn() -> F) {
+        for _ in 0..ROUNDS / BLOCKS {
+            let t = Instant::now();
+            start().await.await;
+            self.total += 1;
+            until(&mut self.acked, self.total, self.name).await;
+            self.latencies.push(t.elapsed());
+        }
+        let t = Instant::now();
+        let mut remaining = THROUGHPUT_MESSAGES / BLOCKS;
+        while remaining > 0 {
+            let batch = remaining.min(WINDOW);
+            let mut started = Vec::with_capacity(batch);
+            for _ in 0..batch {
+                started.push(start().await);
+            }
+            for s in started {
+                s.await;
+            }
+            remaining -= batch;
+        }
+        self.total += THROUGHPUT_MESSAGES / BLOCKS;
+        until(&mut self.acked, self.total, self.name).await;
+        self.busy += t.elapsed();
+    }
+
+    /// p50, p99 and messages per second.
+    fn report(&mut self) -> (Duration, Duration, f64) {
+        (
+            percentile(&mut self.latencies, 0.5),
+            percentile(&mut self.latencies, 0.99),
+            THROUGHPUT_MESSAGES as f64 / self.busy.as_secs_f64(),
+        )
+    }
+}
+
 #[tokio::main]
 async fn main() {
     let uri =
@@ -143,7 +207,7 @@ async fn main() {
         )
         .await
         .unwrap();
-    let mut raw_acked = receive(consumer, |_| true);
+    let raw_acked = receive(consumer, |_| true);
     let body = vec![b'x'; 400];
     let props = || {
         BasicProperties::default()
@@ -220,7 +284,7 @@ async fn main() {
         .await
         .unwrap();
     let inbound = Inbound::new("guest", pins, 120_000, receiver_state);
-    let mut ours_acked = receive(consumer, move |window| {
+    let ours_acked = receive(consumer, move |window| {
         let views: Vec<(&str, &BasicProperties, &[u8])> = window
             .iter()
             .map(|d| (d.exchange.as_str(), &d.properties, d.data.as_slice()))
@@ -266,60 +330,31 @@ async fn main() {
 
     // Raw and fleetd alternate in blocks (the first side alternating too), so that drift on a
     // shared machine weighs on both alike; latencies and burst times are pooled per side.
-    let (mut raw_lat, mut ours_lat) = (Vec::new(), Vec::new());
-    let (mut raw_busy, mut ours_busy) = (Duration::ZERO, Duration::ZERO);
-    let (mut raw_total, mut ours_total) = (0, 0);
+    let raw_start = || async {
+        let confirm = publish().await;
+        Box::pin(async move {
+            confirm.await.unwrap();
+        }) as Started
+    };
+    let ours_start = || {
+        let sent = send(text.clone());
+        async move {
+            Box::pin(async move {
+                sent.await.unwrap();
+            }) as Started
+        }
+    };
+    let mut raw = Side::new("raw", raw_acked);
+    let mut ours = Side::new("fleetd", ours_acked);
     for block in 0..BLOCKS {
-        for side in [block % 2, 1 - block % 2] {
-            if side == 0 {
-                for _ in 0..ROUNDS / BLOCKS {
-                    let t = Instant::now();
-                    publish().await.await.unwrap();
-                    raw_total += 1;
-                    until(&mut raw_acked, raw_total, "raw").await;
-                    raw_lat.push(t.elapsed());
-                }
-                let t = Instant::now();
-                let mut sent = 0;
-                while sent < THROUGHPUT_MESSAGES / BLOCKS {
-                    let mut confirms = Vec::new();
-                    while sent < THROUGHPUT_MESSAGES / BLOCKS && confirms.len() < WINDOW {
-                        confirms.push(publish().await);
-                        sent += 1;
-                    }
-                    for c in confirms {
-                        c.await.unwrap();
-                    }
-                }
-                raw_total += sent;
-                until(&mut raw_acked, raw_total, "raw").await;
-                raw_busy += t.elapsed();
-            } else {
-                for _ in 0..ROUNDS / BLOCKS {
-                    let t = Instant::now();
-                    send(text.clone()).await.unwrap();
-                    ours_total += 1;
-                    until(&mut ours_acked, ours_total, "fleetd").await;
-                    ours_lat.push(t.elapsed());
-                }
-                let t = Instant::now();
-                let mut remaining = THROUGHPUT_MESSAGES / BLOCKS;
-                while remaining > 0 {
-                    let batch = remaining.min(WINDOW);
-                    let sends: Vec<_> = (0..batch).map(|_| send(text.clone())).collect();
-                    for s in sends {
-                        s.await.unwrap();
-                    }
-                    remaining -= batch;
-                    ours_total += batch;
-                }
-                until(&mut ours_acked, ours_total, "fleetd").await;
-                ours_busy += t.elapsed();
-            }
+        if block % 2 == 0 {
+            raw.block(raw_start).await;
+            ours.block(ours_start).await;
+        } else {
+            ours.block(ours_start).await;
+            raw.block(raw_start).await;
         }
     }
-    let raw_rate = THROUGHPUT_MESSAGES as f64 / raw_busy.as_secs_f64();
-    let ours_rate = THROUGHPUT_MESSAGES as f64 / ours_busy.as_secs_f64();
 
     let _ = setup
         .queue_delete(inbox.as_str().into(), QueueDeleteOptions::default())
@@ -327,14 +362,8 @@ async fn main() {
     let _ = setup
         .queue_delete(queue.as_str().into(), QueueDeleteOptions::default())
         .await;
-    let (rp50, rp99) = (
-        percentile(&mut raw_lat, 0.5),
-        percentile(&mut raw_lat, 0.99),
-    );
-    let (op50, op99) = (
-        percentile(&mut ours_lat, 0.5),
-        percentile(&mut ours_lat, 0.99),
-    );
+    let (rp50, rp99, raw_rate) = raw.report();
+    let (op50, op99, ours_rate) = ours.report();
     println!(
         "broker bench: {ROUNDS} round trips one at a time; {THROUGHPUT_MESSAGES} messages, {WINDOW} in flight; raw and fleetd alternating in {BLOCKS} blocks"
     );

@@ -110,8 +110,7 @@ fn a_daemon_started_while_the_broker_is_down_connects_when_it_comes_back() {
         "a message sent during the outage is kept"
     );
 
-    ctl(&["-q", "start_app"]);
-    ctl(&["-q", "await_startup"]);
+    common::start_broker();
     let connected = wait_for(
         &lines,
         &mut seen,

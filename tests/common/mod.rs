@@ -556,7 +556,9 @@ pub fn suspect_then_reaped(log: &mpsc::Receiver<String>, host: &str, killed: Ins
 
 /// `rabbitmqctl -q ACTION` (e.g. `stop_app`), quietly; panics with its stderr if it fails.
 pub fn rabbitmqctl(action: &str) {
-    rabbitmqctl_args(&[action]);
+    if let Err(error) = quiet_ctl(&[action]) {
+        panic!("rabbitmqctl {action}: {error}");
+    }
 }
 
 /// `rabbitmqctl start_app`, then `await_startup`. `start_app` right after a `stop_app` has been
@@ -564,35 +566,36 @@ pub fn rabbitmqctl(action: &str) {
 /// later, so a failed attempt is retried (up to 5, 2 s apart) before the test is failed with the
 /// last error.
 pub fn start_broker() {
-    let mut last = String::new();
-    for _ in 0..5 {
-        let out = Command::new("rabbitmqctl")
-            .args(["-q", "start_app"])
-            .output()
-            .expect("rabbitmqctl is installed (scripts/test installs it)");
-        if out.status.success() {
-            rabbitmqctl_args(&["await_startup", "--timeout", "60"]);
-            return;
-        }
-        last = String::from_utf8_lossy(&out.stderr).into_owned();
-        std::thread::sleep(std::time::Duration::from_secs(2));
+    if let Err(last) = try_start_broker() {
+        panic!("rabbitmqctl start_app failed 5 times; the last: {last}");
     }
-    panic!("rabbitmqctl start_app failed 5 times; the last: {last}");
 }
 
-/// `rabbitmqctl -q ARGS...`; panics with its stderr if it fails.
-fn rabbitmqctl_args(args: &[&str]) {
+/// [`start_broker`] without the panic: the last error when every attempt failed.
+fn try_start_broker() -> Result<(), String> {
+    let mut last = String::new();
+    for _ in 0..5 {
+        match quiet_ctl(&["start_app"]) {
+            Ok(()) => return quiet_ctl(&["await_startup", "--timeout", "60"]),
+            Err(error) => last = error,
+        }
+        std::thread::sleep(std::time::Duration::from_secs(2));
+    }
+    Err(last)
+}
+
+/// `rabbitmqctl -q ARGS...`; its stderr when it fails.
+fn quiet_ctl(args: &[&str]) -> Result<(), String> {
     let out = Command::new("rabbitmqctl")
         .arg("-q")
         .args(args)
         .output()
-        .expect("rabbitmqctl is installed (scripts/test installs it)");
-    assert!(
-        out.status.success(),
-        "rabbitmqctl {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .map_err(|e| format!("cannot run rabbitmqctl (scripts/test installs it): {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
 }
 
 /// Starts RabbitMQ's application again (and waits for it) when dropped, so a test that stops
@@ -602,12 +605,9 @@ pub struct BrokerUp;
 
 impl Drop for BrokerUp {
     fn drop(&mut self) {
-        let _ = Command::new("rabbitmqctl")
-            .args(["-q", "start_app"])
-            .output();
-        let _ = Command::new("rabbitmqctl")
-            .args(["-q", "await_startup", "--timeout", "60"])
-            .output();
+        // Never a panic in a drop (it may run while a failed test unwinds); a broker left down
+        // fails the next test that needs it, with its own message.
+        let _ = try_start_broker();
     }
 }
 
