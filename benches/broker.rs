@@ -318,7 +318,7 @@ async fn main() {
                 }
                 settled = pump.settle_next(&pumping), if pump.busy() => {
                     settled.unwrap().unwrap();
-                    if !pump.busy() {
+                    if !pump.busy() || pump.behind() {
                         pump.run(&pumping, "guest", &mut outlets).await.unwrap();
                     }
                 }

@@ -1,7 +1,8 @@
-//! The outbound pump against the real RabbitMQ: a backlog larger than one pump round is
-//! published in full from a single wake-up. The pump publishes at most one round per run (the
-//! link's loop stays responsive); the rest must not wait for another send, nor for the whole
-//! in-flight set to settle. The vhost and user are created and removed here.
+//! The outbound pump against the real RabbitMQ. It publishes at most one round per run (the
+//! link's loop stays responsive) and keeps at most `MAX_IN_FLIGHT` publishes awaiting confirms:
+//! a backlog larger than a round still goes out from a single wake-up, and a backlog larger than
+//! the bound goes out as a bounded stream, each message once. Each test creates and removes its
+//! own vhost and user.
 
 #![allow(clippy::unwrap_used, clippy::panic, reason = "test code fails loudly")]
 
@@ -11,99 +12,179 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{Fleets, grants, nonce};
-use fleetd::broker::deliver::{Courier, Outlets, Pump};
+use fleetd::broker::deliver::{Courier, MAX_IN_FLIGHT, Outlets, Pump};
 use fleetd::broker::{confirm_channel, connect, topology};
 use fleetd::secret::BrokerUri;
 use fleetd::state::{Limits, StateStore};
 use fleetd::wire::{HostKey, Party};
 use lapin::options::QueueDeclareOptions;
 use lapin::types::FieldTable;
+use lapin::{Channel, Connection};
 use secrecy::SecretString;
 use uuid::Uuid;
 
-/// More than two pump rounds (256 each).
-const BACKLOG: usize = 600;
+/// One fleet's sending side: a courier with `backlog` messages in its outbox for one agent's
+/// inbox, the outlets to publish them, and a channel to look at that inbox.
+struct Backlog {
+    fleet: String,
+    courier: Arc<Courier>,
+    outlets: Outlets,
+    setup: Channel,
+    inbox: String,
+    _connection: Connection,
+    _state: tempfile::TempDir,
+    _cleanup: Fleets,
+}
+
+impl Backlog {
+    /// The backlog builds up while no pump runs (as during an outage); the sends' wake-ups
+    /// collapse into one stored permit.
+    async fn new(backlog: usize) -> Backlog {
+        let nonce = nonce();
+        let fleet = format!("pump{nonce}");
+        let cleanup = Fleets::new(&[&fleet]);
+        let password = format!("Pw{nonce}x");
+        grants(&fleet, &[], &password);
+        let uri = BrokerUri::parse(&SecretString::from(format!(
+            "amqp://{fleet}:{password}@127.0.0.1:5672/%2F{fleet}"
+        )))
+        .unwrap();
+        let vhost = format!("/{fleet}");
+        let connection = connect(&uri, None).await.unwrap();
+        let setup = connection.create_channel().await.unwrap();
+        topology::declare_exchanges(&setup).await.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let state = Arc::new(StateStore::open(dir.path(), Limits::default()).unwrap());
+        let key = Arc::new(HostKey::generate().unwrap().0);
+        let courier = Arc::new(Courier::new(&fleet, "hosta", &vhost, key, state).unwrap());
+        let worker = Uuid::now_v7();
+        let inbox = topology::inbox_queue(&worker.to_string());
+        topology::declare_bound_queue(
+            &setup,
+            &inbox,
+            topology::INBOX_EXCHANGE,
+            &worker.to_string(),
+            topology::inbox_arguments(topology::QueueType::Classic, 10_000),
+        )
+        .await
+        .unwrap();
+        let dest = Party {
+            fleet: fleet.clone(),
+            host: "hostb".to_owned(),
+        };
+        for n in 0..backlog {
+            courier
+                .send(dest.clone(), worker, None, format!("message {n}"))
+                .unwrap();
+        }
+        assert_eq!(courier.state().outbox_list().unwrap().len(), backlog);
+        let channel = confirm_channel(&connection).await.unwrap();
+        let outlets = Outlets::new(channel, &vhost, Arc::new(uri), Arc::clone(&courier));
+        Backlog {
+            fleet,
+            courier,
+            outlets,
+            setup,
+            inbox,
+            _connection: connection,
+            _state: dir,
+            _cleanup: cleanup,
+        }
+    }
+
+    fn left(&self) -> usize {
+        self.courier.state().outbox_list().unwrap().len()
+    }
+
+    /// How many messages the inbox holds.
+    async fn queued(&self) -> usize {
+        let declared = self
+            .setup
+            .queue_declare(
+                self.inbox.as_str().into(),
+                QueueDeclareOptions {
+                    passive: true,
+                    ..QueueDeclareOptions::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .unwrap();
+        declared.message_count() as usize
+    }
+}
 
 #[tokio::test]
 async fn a_backlog_larger_than_a_round_goes_out_from_one_wake_up() {
-    let nonce = nonce();
-    let fleet = format!("pump{nonce}");
-    let _cleanup = Fleets::new(&[&fleet]);
-    let password = format!("Pw{nonce}x");
-    grants(&fleet, &[], &password);
-    let uri = BrokerUri::parse(&SecretString::from(format!(
-        "amqp://{fleet}:{password}@127.0.0.1:5672/%2F{fleet}"
-    )))
-    .unwrap();
-    let vhost = format!("/{fleet}");
-    let connection = connect(&uri, None).await.unwrap();
-    let setup = connection.create_channel().await.unwrap();
-    topology::declare_exchanges(&setup).await.unwrap();
-
-    let dir = tempfile::tempdir().unwrap();
-    let state = Arc::new(StateStore::open(dir.path(), Limits::default()).unwrap());
-    let key = Arc::new(HostKey::generate().unwrap().0);
-    let courier = Arc::new(Courier::new(&fleet, "hosta", &vhost, key, state).unwrap());
-    let worker = Uuid::now_v7();
-    let inbox = topology::inbox_queue(&worker.to_string());
-    topology::declare_bound_queue(
-        &setup,
-        &inbox,
-        topology::INBOX_EXCHANGE,
-        &worker.to_string(),
-        topology::inbox_arguments(topology::QueueType::Classic, 10_000),
-    )
-    .await
-    .unwrap();
-
-    // The backlog builds up while no pump runs (as during an outage); the sends' wake-ups
-    // collapse into one stored permit.
-    let dest = Party {
-        fleet: fleet.clone(),
-        host: "hostb".to_owned(),
-    };
-    for n in 0..BACKLOG {
-        courier
-            .send(dest.clone(), worker, None, format!("message {n}"))
-            .unwrap();
-    }
-    assert_eq!(courier.state().outbox_list().unwrap().len(), BACKLOG);
-
+    const BACKLOG: usize = 600; // more than two rounds of 256, less than the in-flight bound
+    let mut b = Backlog::new(BACKLOG).await;
     // A pump that runs only when woken (no retry tick, no run after settling): whatever it
     // leaves behind stays there.
-    let channel = confirm_channel(&connection).await.unwrap();
-    let mut outlets = Outlets::new(channel, &vhost, Arc::new(uri), Arc::clone(&courier));
     let mut pump = Pump::default();
     let drained = async {
-        while !courier.state().outbox_list().unwrap().is_empty() {
+        while b.left() > 0 {
             tokio::select! {
-                () = courier.outbox_ready.notified() => {
-                    pump.run(&courier, &fleet, &mut outlets).await.unwrap();
+                () = b.courier.outbox_ready.notified() => {
+                    pump.run(&b.courier, &b.fleet, &mut b.outlets).await.unwrap();
                 }
-                settled = pump.settle_next(&courier), if pump.busy() => {
+                settled = pump.settle_next(&b.courier), if pump.busy() => {
                     settled.unwrap().unwrap();
                 }
             }
         }
     };
     let in_time = tokio::time::timeout(Duration::from_secs(60), drained).await;
-    let left = courier.state().outbox_list().unwrap().len();
+    let left = b.left();
     assert!(
         in_time.is_ok(),
         "{left} of {BACKLOG} messages were never published after one wake-up"
     );
-    let queued = setup
-        .queue_declare(
-            inbox.as_str().into(),
-            QueueDeclareOptions {
-                passive: true,
-                ..QueueDeclareOptions::default()
-            },
-            FieldTable::default(),
-        )
-        .await
-        .unwrap()
-        .message_count();
-    assert_eq!(queued as usize, BACKLOG, "each message published once");
-    outlets.close().await;
+    assert_eq!(b.queued().await, BACKLOG, "each message published once");
+    b.outlets.close().await;
+}
+
+#[tokio::test]
+async fn a_backlog_larger_than_the_in_flight_bound_goes_out_as_a_bounded_stream() {
+    const BACKLOG: usize = MAX_IN_FLIGHT + 500;
+    let mut b = Backlog::new(BACKLOG).await;
+    let mut pump = Pump::default();
+    // Runs with nothing settled between them stop at the bound, and say they are behind.
+    for _ in 0..MAX_IN_FLIGHT.div_ceil(256) + 1 {
+        pump.run(&b.courier, &b.fleet, &mut b.outlets)
+            .await
+            .unwrap();
+    }
+    assert_eq!(pump.in_flight(), MAX_IN_FLIGHT, "published up to the bound");
+    assert!(pump.behind(), "at the bound with entries waiting");
+    // Then the link's loop without its retry tick: woken by new entries, and run again after
+    // settling when idle or behind.
+    let mut most = 0;
+    let drained = async {
+        while b.left() > 0 {
+            tokio::select! {
+                () = b.courier.outbox_ready.notified() => {
+                    pump.run(&b.courier, &b.fleet, &mut b.outlets).await.unwrap();
+                }
+                settled = pump.settle_next(&b.courier), if pump.busy() => {
+                    settled.unwrap().unwrap();
+                    if !pump.busy() || pump.behind() {
+                        pump.run(&b.courier, &b.fleet, &mut b.outlets).await.unwrap();
+                    }
+                }
+            }
+            most = most.max(pump.in_flight());
+        }
+    };
+    let in_time = tokio::time::timeout(Duration::from_secs(90), drained).await;
+    let left = b.left();
+    assert!(
+        in_time.is_ok(),
+        "{left} of {BACKLOG} messages were never published"
+    );
+    assert!(
+        most <= MAX_IN_FLIGHT,
+        "{most} publishes awaited confirms at once (bound {MAX_IN_FLIGHT})"
+    );
+    assert_eq!(b.queued().await, BACKLOG, "each message published once");
+    b.outlets.close().await;
 }

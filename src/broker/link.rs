@@ -324,7 +324,7 @@ impl Served<'_> {
                 settled = pump.settle_next(self.courier), if pump.busy() => match settled {
                     Some(Err(reason)) => break Some(format!("publisher confirm lost: {reason}")),
                     Some(Ok(())) | None => {
-                        if !pump.busy()
+                        if (!pump.busy() || pump.behind())
                             && let Err(reason) = pump.run(self.courier, &user, &mut outlets).await
                         {
                             break Some(reason);

@@ -32,6 +32,9 @@ use crate::wire::{
 pub const MESSAGE_TTL_MS: i64 = 24 * 3600 * 1000;
 /// Most outbox entries published per pump round (the rest follow as confirms arrive).
 const PUMP_ROUND: usize = 256;
+/// Most publishes awaiting the broker's confirm at once: a backlog (after an outage) goes out
+/// as a bounded stream, not all at once.
+pub const MAX_IN_FLIGHT: usize = 4 * PUMP_ROUND;
 
 /// A local agent whose messages are held for pulling.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

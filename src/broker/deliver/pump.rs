@@ -11,7 +11,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 use uuid::Uuid;
 
-use super::{Courier, PUMP_ROUND, now_ms};
+use super::{Courier, MAX_IN_FLIGHT, PUMP_ROUND, now_ms};
 use crate::broker::connect::{self, confirm_channel, connect};
 use crate::broker::envelope::{OutboxRecord, properties};
 use crate::secret::BrokerUri;
@@ -23,6 +23,8 @@ use crate::wire::{DeliveryState, Tracked};
 pub struct Pump {
     in_flight: HashSet<Uuid>,
     confirms: JoinSet<(Uuid, Result<Confirmation, String>)>,
+    /// The last run stopped at its round or at [`MAX_IN_FLIGHT`]: entries may be waiting.
+    behind: bool,
 }
 
 /// How long a foreign vhost that could not be opened is left alone before the next attempt.
@@ -163,21 +165,28 @@ async fn open(uri: &BrokerUri, vhost: &str) -> Result<(Connection, Channel), Str
 }
 
 impl Pump {
-    /// Publishes what is in the outbox and not in flight, oldest first, at most [`PUMP_ROUND`]
-    /// entries (the link's loop stays responsive); when a round was full and got somewhere, the
-    /// pump wakes itself (`outbox_ready`) for the next. `Err`: the own channel failed
-    /// (reconnect).
+    /// Publishes what is in the outbox and not in flight, oldest first: at most [`PUMP_ROUND`]
+    /// entries (the link's loop stays responsive), and no more than [`MAX_IN_FLIGHT`] awaiting
+    /// confirms. When a round was full and got somewhere with room left, the pump wakes itself
+    /// (`outbox_ready`) for the next; at the in-flight bound, [`Pump::behind`] tells the link
+    /// to run it again as confirms settle. `Err`: the own channel failed (reconnect).
     pub async fn run(
         &mut self,
         courier: &Courier,
         user: &str,
         outlets: &mut Outlets,
     ) -> Result<(), String> {
+        let round = PUMP_ROUND.min(MAX_IN_FLIGHT.saturating_sub(self.in_flight.len()));
+        if round == 0 {
+            self.behind = true;
+            return Ok(());
+        }
         let pending = courier
             .state
-            .outbox_pending(&|id| self.in_flight.contains(&id), PUMP_ROUND)
+            .outbox_pending(&|id| self.in_flight.contains(&id), round)
             .map_err(|e| e.to_string())?;
-        let full = pending.len() >= PUMP_ROUND;
+        let full = pending.len() >= round;
+        self.behind = full;
         let mut progressed = false;
         let mut blocked = HashSet::new();
         for (id, bytes) in pending {
@@ -230,10 +239,21 @@ impl Pump {
         // More may be waiting behind this round. Without this, they waited for the next send,
         // or for the whole in-flight set to settle. A round that published nothing (every
         // vhost in it unreachable) is left to the link's retry tick instead of spinning.
-        if full && progressed {
+        if full && progressed && self.in_flight.len() < MAX_IN_FLIGHT {
             courier.outbox_ready.notify_one();
         }
         Ok(())
+    }
+
+    /// How many publishes await the broker's confirm.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    /// Whether the last run may have left entries waiting (its round was full, or confirms were
+    /// at the bound): run it again once some settle.
+    pub fn behind(&self) -> bool {
+        self.behind
     }
 
     /// Whether confirms are outstanding.
