@@ -125,4 +125,25 @@ fn a_thousand_messages_survive_a_broker_restart_and_a_killed_receiver_exactly_on
     assert_eq!(texts, expected, "in the sender's order");
     let audit = receiver.state_dir().join("audit.jsonl");
     receiver.cli(&["audit", "verify", "--file", audit.to_str().unwrap()]);
+
+    // The messages that waited in the inbox came in by the window, each window answered with
+    // one `delivered` receipt per sender: fewer receipts than messages, some for several at
+    // once. (Draining acknowledged every message, one `acknowledged` receipt each.)
+    let audit = std::fs::read_to_string(sender.state_dir().join("audit.jsonl")).unwrap();
+    let receipts: Vec<u64> = audit
+        .lines()
+        .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap())
+        .filter(|r| r["event"] == "receipt.accepted" && r["detail"]["state"] == "delivered")
+        .map(|record| 1 + record["detail"]["more"].as_u64().unwrap_or(0))
+        .collect();
+    assert_eq!(
+        receipts.iter().sum::<u64>(),
+        2 * N as u64,
+        "every message reported delivered once"
+    );
+    assert!(
+        receipts.len() < 2 * N && receipts.iter().any(|n| *n > 1),
+        "a window's messages share a receipt ({} receipts)",
+        receipts.len()
+    );
 }

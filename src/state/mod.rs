@@ -83,11 +83,18 @@ pub struct Incoming<'a> {
     pub expires_ms: i64,
     /// Held for local delivery.
     pub hold: Option<&'a [u8]>,
-    /// Queued in the outbox (a delivery receipt for the sender).
+    /// Queued in the outbox (a failure receipt for the sender).
     pub outbox: Option<(Uuid, &'a [u8])>,
-    /// A delivery record to advance (see [`StateStore::delivery_advance`]).
-    pub delivery: Option<(Uuid, &'a [u8])>,
+    /// To be answered by one of the batch's receipts (see [`StateStore::accept_batch`]); it
+    /// needs room for one outbox entry.
+    pub receipt: bool,
+    /// Delivery records to advance (see [`StateStore::delivery_advance`]).
+    pub delivery: &'a [(Uuid, Vec<u8>)],
 }
+
+/// Given the positions of a batch's new items that asked for a receipt, the outbox entries
+/// (id, record) that answer them (see [`StateStore::accept_batch`]).
+pub type Receipts<'a> = dyn Fn(&[usize]) -> Vec<(Uuid, Vec<u8>)> + 'a;
 
 /// What became of one [`Incoming`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -230,9 +237,10 @@ impl StateStore {
             expires_ms,
             hold: Some(record),
             outbox: None,
-            delivery: None,
+            receipt: false,
+            delivery: &[],
         };
-        match self.accept_batch(&[item], now_ms)?.first() {
+        match self.accept_batch(&[item], now_ms, &|_| Vec::new())?.first() {
             Some(Taken::New) => Ok(true),
             Some(Taken::Duplicate) => Ok(false),
             _ => Err(StateError::Full {
@@ -244,12 +252,15 @@ impl StateStore {
 
     /// Takes a batch of inbound messages in **one** durable transaction (group commit: one disk
     /// sync for a whole prefetch window). For each: unless (key id, message id) or the message id
-    /// was seen before, records both and applies its effects. A crash loses the whole batch or
-    /// nothing; the broker redelivers what was not acknowledged.
+    /// was seen before, records both and applies its effects. Then, in the same transaction,
+    /// `receipts` is given the positions of the new items that asked for a receipt and its
+    /// entries are queued in the outbox: only what was really taken in is ever reported. A crash
+    /// loses the whole batch or nothing; the broker redelivers what was not acknowledged.
     pub fn accept_batch(
         &self,
         items: &[Incoming<'_>],
         now_ms: i64,
+        receipts: &Receipts<'_>,
     ) -> Result<Vec<Taken>, StateError> {
         let limits = self.limits;
         self.write("accept inbound", |txn| {
@@ -259,7 +270,8 @@ impl StateStore {
             let mut outbox = txn.open_table(OUTBOX)?;
             let mut delivery = txn.open_table(DELIVERY)?;
             let mut taken = Vec::with_capacity(items.len());
-            for item in items {
+            let mut answered = Vec::new();
+            for (position, item) in items.iter().enumerate() {
                 let replay_key = replay_key(item.key_id, item.id);
                 if replay.get(replay_key.as_slice())?.is_some()
                     || dedupe.get(item.id.as_bytes().as_slice())?.is_some()
@@ -267,8 +279,11 @@ impl StateStore {
                     taken.push(Taken::Duplicate);
                     continue;
                 }
+                // Room for its outbox entry, counting one per receipt still to be queued.
+                let entries = u64::from(item.outbox.is_some()) + u64::from(item.receipt);
                 if (item.hold.is_some() && held.len()? >= limits.max_held)
-                    || (item.outbox.is_some() && outbox.len()? >= limits.max_outbox)
+                    || (entries > 0
+                        && outbox.len()? + answered.len() as u64 + entries > limits.max_outbox)
                 {
                     taken.push(Taken::Full);
                     continue;
@@ -281,10 +296,18 @@ impl StateStore {
                 if let Some((id, record)) = item.outbox {
                     outbox.insert(id.as_bytes().as_slice(), record)?;
                 }
-                if let Some((id, record)) = item.delivery {
-                    advance(&mut delivery, id, record)?;
+                for (id, record) in item.delivery {
+                    advance(&mut delivery, *id, record)?;
+                }
+                if item.receipt {
+                    answered.push(position);
                 }
                 taken.push(Taken::New);
+            }
+            if !answered.is_empty() {
+                for (id, record) in receipts(&answered) {
+                    outbox.insert(id.as_bytes().as_slice(), record.as_slice())?;
+                }
             }
             Ok(taken)
         })

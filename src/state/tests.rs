@@ -135,8 +135,10 @@ fn a_batch_commits_new_messages_with_their_effects_and_skips_duplicates() {
         expires_ms: 10_000,
         hold,
         outbox: None,
-        delivery: None,
+        receipt: false,
+        delivery: &[],
     };
+    let advanced = [(sent, vec![2, b'd'])];
     let items = [
         Incoming {
             outbox: Some((receipt, b"receipt".as_slice())),
@@ -144,12 +146,12 @@ fn a_batch_commits_new_messages_with_their_effects_and_skips_duplicates() {
         },
         item(a, Some(b"again".as_slice())),
         Incoming {
-            delivery: Some((sent, [2, b'd'].as_slice())),
+            delivery: &advanced,
             ..item(b, None)
         },
     ];
     assert_eq!(
-        s.accept_batch(&items, 1).unwrap(),
+        s.accept_batch(&items, 1, &|_| Vec::new()).unwrap(),
         vec![Taken::New, Taken::Duplicate, Taken::New]
     );
     assert_eq!(s.held_get(a).unwrap().unwrap(), b"a");
@@ -166,7 +168,8 @@ fn a_batch_commits_new_messages_with_their_effects_and_skips_duplicates() {
     assert_eq!(outbox, expected);
     assert_eq!(s.delivery_get(sent).unwrap().unwrap(), vec![2, b'd']);
     assert_eq!(
-        s.accept_batch(&[item(b, None)], 2).unwrap(),
+        s.accept_batch(&[item(b, None)], 2, &|_| Vec::new())
+            .unwrap(),
         vec![Taken::Duplicate],
         "a message id is taken once"
     );
@@ -185,17 +188,86 @@ fn a_batch_leaves_a_message_for_redelivery_when_the_held_store_is_full() {
             expires_ms: 10_000,
             hold: Some(b"m".as_slice()),
             outbox: None,
-            delivery: None,
+            receipt: false,
+            delivery: &[],
         })
         .collect();
-    let taken = s.accept_batch(&items, 1).unwrap();
+    let taken = s.accept_batch(&items, 1, &|_| Vec::new()).unwrap();
     assert_eq!(taken, vec![Taken::New, Taken::New, Taken::New, Taken::Full]);
     assert!(s.held_ack(ids[0]).unwrap());
     assert_eq!(
-        s.accept_batch(&items[3..], 1).unwrap(),
+        s.accept_batch(&items[3..], 1, &|_| Vec::new()).unwrap(),
         vec![Taken::New],
         "a full store recorded nothing: the redelivery is taken"
     );
+}
+
+#[test]
+fn a_batch_queues_its_receipts_for_exactly_the_messages_it_took_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = StateStore::open(
+        dir.path(),
+        Limits {
+            max_outbox: 3,
+            ..Limits::default()
+        },
+    )
+    .unwrap();
+    let seen = Uuid::now_v7();
+    assert!(s.dedupe_insert_new(seen, 1).unwrap());
+    // One outbox entry already queued: room for two more.
+    s.outbox_put(Uuid::now_v7(), b"earlier").unwrap();
+    let ids: Vec<Uuid> = (0..4).map(|_| Uuid::now_v7()).collect();
+    let item = |id, receipt| Incoming {
+        key_id: "k",
+        id,
+        expires_ms: 10_000,
+        hold: Some(b"m".as_slice()),
+        outbox: None,
+        receipt,
+        delivery: &[],
+    };
+    let items = [
+        item(ids[0], true),
+        item(seen, true),
+        item(ids[1], false),
+        item(ids[2], true),
+        item(ids[3], true),
+    ];
+    let asked = std::sync::Mutex::new(Vec::new());
+    let receipt = Uuid::now_v7();
+    let taken = s
+        .accept_batch(&items, 2, &|positions| {
+            asked.lock().unwrap().extend_from_slice(positions);
+            vec![(receipt, b"one receipt for all".to_vec())]
+        })
+        .unwrap();
+    assert_eq!(
+        taken,
+        vec![
+            Taken::New,
+            Taken::Duplicate,
+            Taken::New,
+            Taken::New,
+            Taken::Full
+        ],
+        "the fourth receipt would not fit the outbox: that message is left for redelivery"
+    );
+    assert_eq!(
+        *asked.lock().unwrap(),
+        vec![0, 3],
+        "only new messages that asked for a receipt are reported"
+    );
+    assert_eq!(
+        s.outbox_list()
+            .unwrap()
+            .into_iter()
+            .filter(|(id, _)| *id == receipt)
+            .count(),
+        1,
+        "the receipt was queued in the same transaction"
+    );
+    assert!(s.held_get(ids[3]).unwrap().is_none());
 }
 
 #[test]

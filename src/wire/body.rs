@@ -12,6 +12,8 @@ use super::{Kind, VERSION};
 pub const MAX_TEXT: usize = 64 * 1024;
 /// Most agents one presence beat may announce.
 pub const MAX_AGENTS: usize = 1024;
+/// Most further messages one delivery receipt reports on (`more`).
+pub const MAX_RECEIPT_MORE: usize = 255;
 
 /// A message for an agent.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -137,6 +139,18 @@ pub struct DeliveryReceipt {
     /// Why it failed (`no such agent`, `inbox full`, …).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Further messages in the same state, for the same reason: a receiving gateway answers the
+    /// messages one window brought from one sender with one receipt (at most
+    /// [`MAX_RECEIPT_MORE`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub more: Vec<Uuid>,
+}
+
+impl DeliveryReceipt {
+    /// Every message it reports on: `message`, then `more`.
+    pub fn messages(&self) -> impl Iterator<Item = Uuid> + '_ {
+        std::iter::once(self.message).chain(self.more.iter().copied())
+    }
 }
 
 /// A decoded body.
@@ -230,6 +244,10 @@ impl Payload {
             Payload::PresenceBeat(b) if b.agents.len() > MAX_AGENTS => {
                 Err(format!("more than {MAX_AGENTS} agents in one beat"))
             }
+            Payload::DeliveryReceipt(r) if r.more.len() > MAX_RECEIPT_MORE => Err(format!(
+                "more than {} messages in one receipt",
+                MAX_RECEIPT_MORE + 1
+            )),
             _ => Ok(payload),
         }
     }

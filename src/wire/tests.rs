@@ -256,3 +256,33 @@ fn replay_cache_forgets_only_expired_entries() {
     assert!(cache.insert_new("k", a, 400), "expired entry forgotten");
     assert!(!cache.insert_new("k", b, 300), "live entry kept");
 }
+
+#[test]
+fn a_receipt_reports_on_a_bounded_list_of_messages() {
+    let ids: Vec<Uuid> = (0..=MAX_RECEIPT_MORE + 1).map(|_| Uuid::now_v7()).collect();
+    let receipt = |more: &[Uuid]| DeliveryReceipt {
+        v: VERSION,
+        message: ids[0],
+        state: DeliveryState::Delivered,
+        reason: None,
+        more: more.to_vec(),
+    };
+    // A single receipt is encoded as before (no `more`), so it reads the same everywhere.
+    let single = Payload::DeliveryReceipt(receipt(&[])).encode();
+    assert!(!String::from_utf8_lossy(&single).contains("more"));
+    let full = Payload::DeliveryReceipt(receipt(&ids[1..=MAX_RECEIPT_MORE]));
+    let Ok(Payload::DeliveryReceipt(back)) = Payload::decode(Kind::DeliveryReceipt, &full.encode())
+    else {
+        panic!("a receipt at the bound decodes");
+    };
+    assert_eq!(
+        back.messages().collect::<Vec<_>>(),
+        ids[..=MAX_RECEIPT_MORE].to_vec()
+    );
+    let over = Payload::DeliveryReceipt(receipt(&ids[1..])).encode();
+    let refusal = Payload::decode(Kind::DeliveryReceipt, &over).unwrap_err();
+    assert!(
+        refusal.contains(&format!("more than {} messages", MAX_RECEIPT_MORE + 1)),
+        "{refusal}"
+    );
+}

@@ -8,7 +8,7 @@ use uuid::Uuid;
 use super::{Courier, Held, encode, now_ms};
 use crate::broker::inbound::{Inbound, InboundRefusal};
 use crate::state::{Incoming, Taken};
-use crate::wire::{DeliveryState, Meta, Payload, Tracked};
+use crate::wire::{DeliveryState, MAX_RECEIPT_MORE, Meta, Party, Payload, Tracked};
 
 impl Courier {
     /// Takes a window of deliveries in: each is verified; the accepted ones are recorded, held and
@@ -31,19 +31,23 @@ impl Courier {
                 }
             }
         }
-        let items: Vec<Incoming<'_>> = plans
+        let accepted: Vec<&Plan> = plans.iter().flatten().collect();
+        let items: Vec<Incoming<'_>> = accepted
             .iter()
-            .flatten()
             .map(|p| Incoming {
                 key_id: &p.meta.key_id,
                 id: p.meta.id,
                 expires_ms: p.meta.expires_ms.saturating_add(inbound.skew_ms()),
                 hold: p.hold.as_deref(),
                 outbox: p.outbox.as_ref().map(|(id, b)| (*id, b.as_slice())),
-                delivery: p.delivery.as_ref().map(|(id, b)| (*id, b.as_slice())),
+                receipt: p.receipt,
+                delivery: &p.delivery,
             })
             .collect();
-        let taken = match self.state.accept_batch(&items, now) {
+        // Built inside the transaction, once the new messages are known: one `delivered`
+        // receipt per sending gateway for the whole window.
+        let receipts = |positions: &[usize]| self.window_receipts(&accepted, positions);
+        let taken = match self.state.accept_batch(&items, now, &receipts) {
             Ok(taken) => taken,
             Err(error) => {
                 tracing::warn!(%error, "cannot record inbound messages; leaving them for redelivery");
@@ -60,7 +64,7 @@ impl Courier {
                 match taken.next() {
                     Some(Taken::New) => {
                         tracing::info!(msg.id = %plan.meta.id, msg.kind = plan.meta.kind.as_str(), origin.fleet = %plan.meta.origin.fleet, origin.host = %plan.meta.origin.host, event = plan.event, "message taken in");
-                        queued |= plan.outbox.is_some();
+                        queued |= plan.outbox.is_some() || plan.receipt;
                         audit.push((plan.event, plan.detail.clone()));
                         true
                     }
@@ -88,6 +92,36 @@ impl Courier {
         (acks, audit)
     }
 
+    /// The `delivered` receipts for the new messages at `positions` of `accepted`: one per
+    /// sending gateway (and per [`MAX_RECEIPT_MORE`] + 1 messages), listing them in order.
+    fn window_receipts(&self, accepted: &[&Plan], positions: &[usize]) -> Vec<(Uuid, Vec<u8>)> {
+        let mut senders: Vec<(&Party, Vec<Uuid>)> = Vec::new();
+        for plan in positions.iter().filter_map(|p| accepted.get(*p)) {
+            let origin = &plan.meta.origin;
+            match senders.iter_mut().find(|(o, _)| *o == origin) {
+                Some((_, ids)) => ids.push(plan.meta.id),
+                None => senders.push((origin, vec![plan.meta.id])),
+            }
+        }
+        senders
+            .into_iter()
+            .flat_map(|(origin, ids)| {
+                ids.chunks(MAX_RECEIPT_MORE + 1)
+                    .filter_map(|chunk| {
+                        let (first, more) = chunk.split_first()?;
+                        Some(self.receipt_for(
+                            origin.clone(),
+                            *first,
+                            more.to_vec(),
+                            DeliveryState::Delivered,
+                            None,
+                        ))
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
     /// What taking in one verified envelope changes.
     fn plan(&self, meta: Meta, payload: Payload, exchange: &str) -> Plan {
         let mut plan = Plan {
@@ -99,7 +133,8 @@ impl Courier {
             event: "message.accepted",
             hold: None,
             outbox: None,
-            delivery: None,
+            receipt: false,
+            delivery: Vec::new(),
             meta,
         };
         let from_me = plan.meta.origin == self.me();
@@ -109,15 +144,9 @@ impl Courier {
                     self.remember_placement(sender, &plan.meta.origin);
                 }
                 plan.hold = Some(held_record(&plan.meta, Some(m.to), &m));
-                // A pane agent's message is delivered when it is typed (the injector's receipt).
-                if !from_me && self.pane_of(m.to).is_none() {
-                    plan.outbox = Some(self.receipt(
-                        plan.meta.origin.clone(),
-                        plan.meta.id,
-                        DeliveryState::Delivered,
-                        None,
-                    ));
-                }
+                // A pane agent's message is delivered when it is typed (the injector's receipt);
+                // a mailbox's now, in the window's receipt.
+                plan.receipt = !from_me && self.pane_of(m.to).is_none();
             }
             Payload::AgentMessage(m) => {
                 plan.event = "message.undeliverable";
@@ -133,17 +162,21 @@ impl Courier {
             Payload::DeliveryReceipt(r) => {
                 plan.event = "receipt.accepted";
                 plan.note("message", json!(r.message.to_string()));
+                if !r.more.is_empty() {
+                    plan.note("more", json!(r.more.len()));
+                }
                 plan.note("state", json!(r.state));
-                // Only the fleet the message went to may report on it.
-                plan.delivery = self
-                    .state
-                    .delivery_get(r.message)
-                    .ok()
-                    .flatten()
-                    .and_then(|b| Tracked::decode(&b))
-                    .filter(|t| t.dest.fleet == plan.meta.origin.fleet)
-                    .map(|t| (r.message, t.moved(r.state, r.reason, now_ms()).encode()));
-                if plan.delivery.is_none() {
+                // Only the fleet a message went to may report on it.
+                let now = now_ms();
+                plan.delivery = r
+                    .messages()
+                    .filter_map(|id| {
+                        let tracked = Tracked::decode(&self.state.delivery_get(id).ok()??)?;
+                        (tracked.dest.fleet == plan.meta.origin.fleet)
+                            .then(|| (id, tracked.moved(r.state, r.reason.clone(), now).encode()))
+                    })
+                    .collect();
+                if plan.delivery.is_empty() {
                     plan.event = "receipt.ignored";
                 }
             }
@@ -184,8 +217,11 @@ struct Plan {
     event: &'static str,
     detail: Value,
     hold: Option<Vec<u8>>,
+    /// A failure receipt for the sender.
     outbox: Option<(Uuid, Vec<u8>)>,
-    delivery: Option<(Uuid, Vec<u8>)>,
+    /// To be reported `delivered` in the window's receipt to its sender.
+    receipt: bool,
+    delivery: Vec<(Uuid, Vec<u8>)>,
 }
 
 impl Plan {

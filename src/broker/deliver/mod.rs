@@ -407,16 +407,22 @@ impl Courier {
             reason: None,
             at_ms: now,
         };
-        let (held, tracked) = (encode(&held), tracked.encode());
+        let held = encode(&held);
+        let tracked = [(id, tracked.encode())];
         let item = Incoming {
             key_id: "local",
             id,
             expires_ms: now + MESSAGE_TTL_MS,
             hold: Some(&held),
             outbox: None,
-            delivery: Some((id, &tracked)),
+            receipt: false,
+            delivery: &tracked,
         };
-        match self.state.accept_batch(&[item], now)?.first() {
+        match self
+            .state
+            .accept_batch(&[item], now, &|_| Vec::new())?
+            .first()
+        {
             Some(Taken::New) => Ok(id),
             _ => Err(CourierError::State(StateError::Full {
                 what: "held store",
@@ -566,11 +572,25 @@ impl Courier {
         state: DeliveryState,
         reason: Option<String>,
     ) -> (Uuid, Vec<u8>) {
+        self.receipt_for(dest, message, Vec::new(), state, reason)
+    }
+
+    /// One receipt reporting `message` and `more` (at most [`wire::MAX_RECEIPT_MORE`]) in one
+    /// state to the gateway of `dest`.
+    fn receipt_for(
+        &self,
+        dest: Party,
+        message: Uuid,
+        more: Vec<Uuid>,
+        state: DeliveryState,
+        reason: Option<String>,
+    ) -> (Uuid, Vec<u8>) {
         let payload = Payload::DeliveryReceipt(DeliveryReceipt {
             v: wire::VERSION,
             message,
             state,
             reason,
+            more,
         });
         self.to_gateway(dest, &payload)
     }
