@@ -7,8 +7,9 @@
 //! `Courier::send` (seal with Ed25519, outbox commit, group disk sync) while a pump publishes
 //! with confirm and settles as the link does; the receiving task runs `Courier::intake` (origin,
 //! signature, window, replay + dedupe + hold + receipt in one durable transaction per window of
-//! up to 32) and acks. Each receiver runs as its own task, as the receiving gateway's link does;
-//! a round trip lasts until the receiver has acked. A third side, the *floor*, is raw lapin plus
+//! up to 32), acks, then records the window's decisions in the audit log (one disk sync) before
+//! it takes the next window, as the link does. Each receiver runs as its own task, as the
+//! receiving gateway's link does; a round trip lasts until the receiver has acked. A third side, the *floor*, is raw lapin plus
 //! the least that any implementation of the requirements must add per message (an Ed25519
 //! signature made and verified, one 4 KiB record made durable before the ack); it bounds from
 //! below what the targets can ask of fleetd on this machine. The three sides take turns in
@@ -35,9 +36,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use ed25519_dalek::{Signature, Signer, SigningKey};
+use fleetd::audit::Audit;
 use fleetd::broker::deliver::{Courier, Outlets, Pump};
 use fleetd::broker::inbound::Inbound;
 use fleetd::broker::{confirm_channel, connect, topology};
+use fleetd::scrub::Scrubber;
 use fleetd::secret::BrokerUri;
 use fleetd::state::{Limits, StateStore};
 use fleetd::wire::{HostKey, Party, PinnedKeys};
@@ -69,9 +72,10 @@ fn percentile(samples: &mut [Duration], p: f64) -> Duration {
 /// The receiving side as its own task (as the receiving gateway's link runs it): takes what is
 /// waiting, up to one window of 32, `process`es it (`true`: every delivery is to be acked), acks
 /// the window's deliveries together and reports the running count of acked messages.
-fn receive(
+fn receive<R: Send + 'static>(
     mut consumer: Consumer,
-    mut process: impl FnMut(&[lapin::message::Delivery]) -> bool + Send + 'static,
+    mut process: impl FnMut(&[lapin::message::Delivery]) -> (bool, R) + Send + 'static,
+    mut after: impl FnMut(R) + Send + 'static,
 ) -> watch::Receiver<usize> {
     let (acked, counter) = watch::channel(0);
     tokio::spawn(async move {
@@ -84,7 +88,8 @@ fn receive(
                     _ => break,
                 }
             }
-            assert!(process(&window), "genuine messages are taken in");
+            let (taken, then) = process(&window);
+            assert!(taken, "genuine messages are taken in");
             let mut acks = tokio::task::JoinSet::new();
             for d in &window {
                 let acker = d.acker.clone();
@@ -95,6 +100,7 @@ fn receive(
             }
             total += window.len();
             acked.send_replace(total);
+            after(then);
         }
     });
     counter
@@ -218,7 +224,7 @@ async fn main() {
         )
         .await
         .unwrap();
-    let raw_acked = receive(consumer, |_| true);
+    let raw_acked = receive(consumer, |_| (true, ()), |()| ());
     let body = vec![b'x'; 400];
     let props = || {
         BasicProperties::default()
@@ -275,19 +281,23 @@ async fn main() {
     }
     journal.sync_all().unwrap();
     let mut next_page = 0;
-    let floor_acked = receive(floor_consumer, move |window| {
-        let mut page = [0u8; 4096];
-        for (d, slot) in window.iter().zip(page.chunks_mut(64)) {
-            let (signature, body) = d.data.split_at(64);
-            let signature = Signature::from_slice(signature).unwrap();
-            verifying.verify_strict(body, &signature).unwrap();
-            slot.copy_from_slice(&d.data[..64]);
-        }
-        journal.write_all_at(&page, next_page * 4096).unwrap();
-        journal.sync_data().unwrap();
-        next_page = (next_page + 1) % JOURNAL_PAGES;
-        true
-    });
+    let floor_acked = receive(
+        floor_consumer,
+        move |window| {
+            let mut page = [0u8; 4096];
+            for (d, slot) in window.iter().zip(page.chunks_mut(64)) {
+                let (signature, body) = d.data.split_at(64);
+                let signature = Signature::from_slice(signature).unwrap();
+                verifying.verify_strict(body, &signature).unwrap();
+                slot.copy_from_slice(&d.data[..64]);
+            }
+            journal.write_all_at(&page, next_page * 4096).unwrap();
+            journal.sync_data().unwrap();
+            next_page = (next_page + 1) % JOURNAL_PAGES;
+            (true, ())
+        },
+        |()| (),
+    );
     let floor_publish = || async {
         let signature = signing.sign(&body);
         let mut signed = Vec::with_capacity(64 + body.len());
@@ -360,18 +370,27 @@ async fn main() {
     // only fleetd has (checks, and the durable hand-off before the ack).
     let intakes = Arc::new(std::sync::Mutex::new(Vec::with_capacity(ROUNDS)));
     let timed = Arc::clone(&intakes);
-    let ours_acked = receive(consumer, move |window| {
-        let views: Vec<(&str, &BasicProperties, &[u8])> = window
-            .iter()
-            .map(|d| (d.exchange.as_str(), &d.properties, d.data.as_slice()))
-            .collect();
-        let t = Instant::now();
-        let (acks, _) = receiver.intake(&inbound, &views);
-        if window.len() == 1 {
-            timed.lock().unwrap().push(t.elapsed());
-        }
-        acks.iter().all(|a| *a)
-    });
+    // After the acks, the window's decisions go to the audit log (one disk sync), as the link
+    // records them; the next window waits for it, as in the link.
+    let record = fleetd::daemon::recorder(Arc::new(
+        Audit::open(&dir.path().join("receiver"), Scrubber::new()).unwrap(),
+    ));
+    let ours_acked = receive(
+        consumer,
+        move |window| {
+            let views: Vec<(&str, &BasicProperties, &[u8])> = window
+                .iter()
+                .map(|d| (d.exchange.as_str(), &d.properties, d.data.as_slice()))
+                .collect();
+            let t = Instant::now();
+            let (acks, audit) = receiver.intake(&inbound, &views);
+            if window.len() == 1 {
+                timed.lock().unwrap().push(t.elapsed());
+            }
+            (acks.iter().all(|a| *a), audit)
+        },
+        move |audit| record(&audit),
+    );
     let uri = Arc::new(uri);
     let pump_channel = confirm_channel(&connection).await.unwrap();
     let pumping = Arc::clone(&sender);

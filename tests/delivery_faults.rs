@@ -129,13 +129,24 @@ fn a_thousand_messages_survive_a_broker_restart_and_a_killed_receiver_exactly_on
     // The messages that waited in the inbox came in by the window, each window answered with
     // one `delivered` receipt per sender: fewer receipts than messages, some for several at
     // once. (Draining acknowledged every message, one `acknowledged` receipt each.)
-    let audit = std::fs::read_to_string(sender.state_dir().join("audit.jsonl")).unwrap();
-    let receipts: Vec<u64> = audit
-        .lines()
-        .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap())
-        .filter(|r| r["event"] == "receipt.accepted" && r["detail"]["state"] == "delivered")
-        .map(|record| 1 + record["detail"]["more"].as_u64().unwrap_or(0))
-        .collect();
+    // (A window's audit records follow its acks, so the last ones may land a moment later.)
+    let delivered_receipts = || -> Vec<u64> {
+        let audit = std::fs::read_to_string(sender.state_dir().join("audit.jsonl")).unwrap();
+        audit
+            .lines()
+            .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap())
+            .filter(|r| r["event"] == "receipt.accepted" && r["detail"]["state"] == "delivered")
+            .map(|record| 1 + record["detail"]["more"].as_u64().unwrap_or(0))
+            .collect()
+    };
+    let receipts = eventually(
+        "every message reported delivered once in the sender's audit log",
+        Duration::from_secs(10),
+        || {
+            let receipts = delivered_receipts();
+            (receipts.iter().sum::<u64>() >= 2 * N as u64).then_some(receipts)
+        },
+    );
     assert_eq!(
         receipts.iter().sum::<u64>(),
         2 * N as u64,

@@ -352,7 +352,7 @@ async fn keep_roster(roster: Arc<std::sync::Mutex<Roster>>, mut stop: watch::Rec
 }
 
 /// Records decisions in the audit log; a failed write is logged (it needs an operator).
-fn recorder(audit: Arc<Audit>) -> Recorder {
+pub fn recorder(audit: Arc<Audit>) -> Recorder {
     Arc::new(move |records| {
         if let Err(error) = audit.record_all(records) {
             tracing::error!(%error, "cannot write the audit log");
