@@ -56,7 +56,7 @@ fn a_daemon_started_while_the_broker_is_down_connects_when_it_comes_back() {
     )
     .unwrap();
     let _broker_up = common::BrokerUp;
-    ctl(&["-q", "stop_app"]);
+    common::rabbitmqctl("stop_app");
     let mut command = Command::new(BIN);
     command
         .args(["--config", config.to_str().unwrap(), "run"])
