@@ -163,7 +163,8 @@ impl Courier {
                 plan.event = "receipt.accepted";
                 plan.note("message", json!(r.message.to_string()));
                 if !r.more.is_empty() {
-                    plan.note("more", json!(r.more.len()));
+                    let more: Vec<String> = r.more.iter().map(Uuid::to_string).collect();
+                    plan.note("more", json!(more));
                 }
                 plan.note("state", json!(r.state));
                 // Only the fleet a message went to may report on it.
