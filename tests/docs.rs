@@ -1,5 +1,6 @@
-//! The threat model's proofs are real: every row of docs/threat-model.md names at least one
-//! test file, and every test it names by function exists in that file.
+//! The docs stay true to the code: every row of docs/threat-model.md names at least one test
+//! file, and every test it names by function exists in that file; docs/operations.md's audit
+//! event table lists exactly the events the code writes.
 
 #![allow(
     clippy::unwrap_used,
@@ -48,4 +49,54 @@ fn every_threat_names_tests_that_exist() {
         assert!(named > 0, "a threat without a test: {line}");
     }
     assert!(rows >= 40, "only {rows} rows: did the table move?");
+}
+
+/// docs/operations.md lists every audit event the code writes, and nothing else. An audit event
+/// is a string literal `"message.…"`, `"receipt.…"`, `"spawn.…"` or `"lead.…"` in `src/`, except
+/// the envelope kinds that share the `spawn.` prefix.
+#[test]
+fn the_audit_event_table_matches_the_code() {
+    use std::collections::BTreeSet;
+    const KINDS: [&str; 2] = ["spawn.request", "spawn.reply"];
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(root.join("docs/operations.md")).unwrap();
+    let section = &text[text
+        .find("## The audit log")
+        .expect("a `## The audit log` section")..];
+    let section = &section[..section[3..].find("\n## ").map_or(section.len(), |i| i + 3)];
+    let documented: BTreeSet<String> = section
+        .lines()
+        .filter(|l| l.starts_with("| `"))
+        .filter_map(|l| l.split('`').nth(1).map(str::to_owned))
+        .collect();
+
+    let mut written = BTreeSet::new();
+    let mut files = vec![root.join("src")];
+    while let Some(path) = files.pop() {
+        if path.is_dir() {
+            files.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+            continue;
+        }
+        if path.extension().is_none_or(|e| e != "rs") {
+            continue;
+        }
+        let source = std::fs::read_to_string(&path).unwrap();
+        for literal in source.split('"').skip(1).step_by(2) {
+            let is_event = ["message.", "receipt.", "spawn.", "lead."]
+                .iter()
+                .any(|prefix| literal.starts_with(prefix))
+                && literal[literal.find('.').unwrap() + 1..]
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c == '_')
+                && !KINDS.contains(&literal);
+            if is_event {
+                written.insert(literal.to_owned());
+            }
+        }
+    }
+    assert!(written.len() >= 10, "only {written:?}: did the scan break?");
+    assert_eq!(
+        documented, written,
+        "docs/operations.md's audit events (left) and the code's (right) differ"
+    );
 }
