@@ -1,0 +1,119 @@
+//! The intake's receipts, without a broker: envelopes sealed by real couriers are taken in as the
+//! link hands them over (exchange, properties, body).
+
+use std::sync::Arc;
+
+use lapin::BasicProperties;
+use uuid::Uuid;
+
+use super::Courier;
+use crate::broker::envelope::{OutboxRecord, properties};
+use crate::broker::inbound::Inbound;
+use crate::state::{Limits, StateStore};
+use crate::wire::{HostKey, Kind, Party, Payload, PinnedKeys, Sealed};
+
+const FLEET: &str = "f";
+
+struct Gateway {
+    courier: Courier,
+    state: Arc<StateStore>,
+    _dir: tempfile::TempDir,
+}
+
+fn gateway(host: &str, key: &Arc<HostKey>) -> Gateway {
+    let dir = tempfile::tempdir().unwrap();
+    let state = Arc::new(StateStore::open(dir.path(), Limits::default()).unwrap());
+    let courier = Courier::new(FLEET, host, "/f", Arc::clone(key), Arc::clone(&state)).unwrap();
+    Gateway {
+        courier,
+        state,
+        _dir: dir,
+    }
+}
+
+/// What a gateway's outbox holds, as the broker would hand it over, with the decoded envelope.
+fn outbox(gateway: &Gateway) -> Vec<(String, BasicProperties, Vec<u8>, Sealed)> {
+    gateway
+        .state
+        .outbox_list()
+        .unwrap()
+        .into_iter()
+        .map(|(_, record)| {
+            let record: OutboxRecord = serde_json::from_slice(&record).unwrap();
+            let sealed = record.sealed().unwrap();
+            let props = properties(&sealed, FLEET);
+            (record.exchange.clone(), props, sealed.body.clone(), sealed)
+        })
+        .collect()
+}
+
+#[test]
+fn a_window_is_answered_with_one_receipt_per_sending_gateway() {
+    let keys: Vec<Arc<HostKey>> = (0..3)
+        .map(|_| Arc::new(HostKey::generate().unwrap().0))
+        .collect();
+    let (a, b, r) = (
+        gateway("a", &keys[0]),
+        gateway("b", &keys[1]),
+        gateway("r", &keys[2]),
+    );
+    let mut pins = PinnedKeys::default();
+    pins.pin(FLEET, "a", *keys[0].public());
+    pins.pin(FLEET, "b", *keys[1].public());
+    let inbound = Inbound::new(FLEET, pins, 120_000, Arc::clone(&r.state));
+    let worker = r.courier.open_agent("worker", "mailbox", None).unwrap();
+    let dest = Party {
+        fleet: FLEET.to_owned(),
+        host: String::new(),
+    };
+    for (sender, n) in [(&a, 3), (&b, 2)] {
+        for i in 0..n {
+            sender
+                .courier
+                .send(dest.clone(), worker, None, format!("task {i}"))
+                .unwrap();
+        }
+    }
+    // One window with all five, interleaved as two senders' messages arrive.
+    let mut window = outbox(&a);
+    window.extend(outbox(&b));
+    window.swap(1, 3);
+    let views: Vec<(&str, &BasicProperties, &[u8])> = window
+        .iter()
+        .map(|(exchange, props, body, _)| (exchange.as_str(), props, body.as_slice()))
+        .collect();
+    let (acks, _) = r.courier.intake(&inbound, &views);
+    assert_eq!(acks, vec![true; 5]);
+
+    let receipts: Vec<(String, Vec<Uuid>)> = outbox(&r)
+        .into_iter()
+        .map(|(_, _, body, sealed)| {
+            let Ok(Payload::DeliveryReceipt(receipt)) =
+                Payload::decode(Kind::DeliveryReceipt, &body)
+            else {
+                panic!("only receipts are queued");
+            };
+            (sealed.meta.dest.host, receipt.messages().collect())
+        })
+        .collect();
+    let reported = |host: &str| -> Vec<Uuid> {
+        window
+            .iter()
+            .filter(|(_, _, _, s)| s.meta.origin.host == host)
+            .map(|(_, _, _, s)| s.meta.id)
+            .collect()
+    };
+    assert_eq!(
+        receipts,
+        vec![
+            ("a".to_owned(), reported("a")),
+            ("b".to_owned(), reported("b"))
+        ],
+        "one receipt per sending gateway, listing its messages in the order taken in"
+    );
+
+    // The same window again (a redelivery): nothing new, so nothing reported.
+    let (acks, _) = r.courier.intake(&inbound, &views);
+    assert_eq!(acks, vec![true; 5]);
+    assert_eq!(outbox(&r).len(), 2, "duplicates are never reported");
+}
