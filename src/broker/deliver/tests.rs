@@ -10,7 +10,7 @@ use super::Courier;
 use crate::broker::envelope::{OutboxRecord, properties};
 use crate::broker::inbound::Inbound;
 use crate::state::{Limits, StateStore};
-use crate::wire::{HostKey, Kind, Party, Payload, PinnedKeys, Sealed};
+use crate::wire::{DeliveryState, HostKey, Kind, Party, Payload, PinnedKeys, Sealed};
 
 const FLEET: &str = "f";
 
@@ -21,9 +21,13 @@ struct Gateway {
 }
 
 fn gateway(host: &str, key: &Arc<HostKey>) -> Gateway {
+    gateway_of(FLEET, host, key)
+}
+
+fn gateway_of(fleet: &str, host: &str, key: &Arc<HostKey>) -> Gateway {
     let dir = tempfile::tempdir().unwrap();
     let state = Arc::new(StateStore::open(dir.path(), Limits::default()).unwrap());
-    let courier = Courier::new(FLEET, host, "/f", Arc::clone(key), Arc::clone(&state)).unwrap();
+    let courier = Courier::new(fleet, host, "/f", Arc::clone(key), Arc::clone(&state)).unwrap();
     Gateway {
         courier,
         state,
@@ -33,6 +37,11 @@ fn gateway(host: &str, key: &Arc<HostKey>) -> Gateway {
 
 /// What a gateway's outbox holds, as the broker would hand it over, with the decoded envelope.
 fn outbox(gateway: &Gateway) -> Vec<(String, BasicProperties, Vec<u8>, Sealed)> {
+    outbox_of(gateway, FLEET)
+}
+
+/// As [`outbox`], published with the broker user `user` (the gateway's fleet).
+fn outbox_of(gateway: &Gateway, user: &str) -> Vec<(String, BasicProperties, Vec<u8>, Sealed)> {
     gateway
         .state
         .outbox_list()
@@ -41,7 +50,7 @@ fn outbox(gateway: &Gateway) -> Vec<(String, BasicProperties, Vec<u8>, Sealed)> 
         .map(|(_, record)| {
             let record: OutboxRecord = serde_json::from_slice(&record).unwrap();
             let sealed = record.sealed().unwrap();
-            let props = properties(&sealed, FLEET);
+            let props = properties(&sealed, user);
             (record.exchange.clone(), props, sealed.body.clone(), sealed)
         })
         .collect()
@@ -116,4 +125,80 @@ fn a_window_is_answered_with_one_receipt_per_sending_gateway() {
     let (acks, _) = r.courier.intake(&inbound, &views);
     assert_eq!(acks, vec![true; 5]);
     assert_eq!(outbox(&r).len(), 2, "duplicates are never reported");
+}
+
+#[test]
+fn a_receipt_moves_only_the_messages_sent_to_the_fleet_it_comes_from() {
+    let keys: Vec<Arc<HostKey>> = (0..3)
+        .map(|_| Arc::new(HostKey::generate().unwrap().0))
+        .collect();
+    let (a, r) = (gateway("a", &keys[0]), gateway("r", &keys[1]));
+    // A host of another fleet, admitted and pinned: it may send, but not report on messages
+    // that never went to its fleet.
+    let x = gateway_of("g", "x", &keys[2]);
+    let mut pins = PinnedKeys::default();
+    pins.pin(FLEET, "a", *keys[0].public());
+    let at_r = Inbound::new(FLEET, pins.clone(), 120_000, Arc::clone(&r.state));
+    pins.pin(FLEET, "r", *keys[1].public());
+    pins.pin("g", "x", *keys[2].public());
+    let at_a = Inbound::new(FLEET, pins, 120_000, Arc::clone(&a.state));
+    let worker = r.courier.open_agent("worker", "mailbox", None).unwrap();
+    let dest = Party {
+        fleet: FLEET.to_owned(),
+        host: String::new(),
+    };
+    let ids: Vec<Uuid> = (0..2)
+        .map(|i| {
+            a.courier
+                .send(dest.clone(), worker, None, format!("task {i}"))
+                .unwrap()
+        })
+        .collect();
+    let state = |id| a.courier.delivery(id).unwrap().unwrap().state;
+    let take_in = |gateway: &Gateway,
+                   inbound: &Inbound,
+                   window: &[(String, BasicProperties, Vec<u8>, Sealed)]| {
+        let views: Vec<(&str, &BasicProperties, &[u8])> = window
+            .iter()
+            .map(|(exchange, props, body, _)| (exchange.as_str(), props, body.as_slice()))
+            .collect();
+        gateway.courier.intake(inbound, &views)
+    };
+    let (acks, _) = take_in(&r, &at_r, &outbox(&a));
+    assert_eq!(acks, vec![true; 2]);
+
+    // The forged report names both messages.
+    let (id, record) = x.courier.receipt_for(
+        a.courier.me(),
+        ids[0],
+        vec![ids[1]],
+        DeliveryState::Failed,
+        Some("forged".to_owned()),
+    );
+    x.state.outbox_put(id, &record).unwrap();
+    let forged: Vec<_> = outbox_of(&x, "g")
+        .into_iter()
+        .filter(|(_, _, _, sealed)| sealed.meta.id == id)
+        .collect();
+    assert!(
+        forged[0].0.starts_with("x.in."),
+        "it comes through its fleet's ingress"
+    );
+    let (acks, audit) = take_in(&a, &at_a, &forged);
+    assert_eq!(acks, vec![true], "acknowledged and dropped");
+    assert_eq!(audit[0].0, "receipt.ignored");
+    assert_eq!(
+        (state(ids[0]), state(ids[1])),
+        (DeliveryState::Queued, DeliveryState::Queued),
+        "nothing moved"
+    );
+
+    // The genuine one, from the fleet the messages went to, moves both.
+    let (acks, audit) = take_in(&a, &at_a, &outbox(&r));
+    assert_eq!(acks, vec![true]);
+    assert_eq!(audit[0].0, "receipt.accepted");
+    assert_eq!(
+        (state(ids[0]), state(ids[1])),
+        (DeliveryState::Delivered, DeliveryState::Delivered)
+    );
 }
