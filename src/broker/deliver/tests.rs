@@ -35,13 +35,16 @@ fn gateway_of(fleet: &str, host: &str, key: &Arc<HostKey>) -> Gateway {
     }
 }
 
+/// Deliveries as the broker hands them over (exchange, properties, body), with the envelope.
+type Deliveries = Vec<(String, BasicProperties, Vec<u8>, Sealed)>;
+
 /// What a gateway's outbox holds, as the broker would hand it over, with the decoded envelope.
-fn outbox(gateway: &Gateway) -> Vec<(String, BasicProperties, Vec<u8>, Sealed)> {
+fn outbox(gateway: &Gateway) -> Deliveries {
     outbox_of(gateway, FLEET)
 }
 
 /// As [`outbox`], published with the broker user `user` (the gateway's fleet).
-fn outbox_of(gateway: &Gateway, user: &str) -> Vec<(String, BasicProperties, Vec<u8>, Sealed)> {
+fn outbox_of(gateway: &Gateway, user: &str) -> Deliveries {
     gateway
         .state
         .outbox_list()
@@ -54,6 +57,19 @@ fn outbox_of(gateway: &Gateway, user: &str) -> Vec<(String, BasicProperties, Vec
             (record.exchange.clone(), props, sealed.body.clone(), sealed)
         })
         .collect()
+}
+
+/// `gateway` takes `window` in, as its link would; the acks and the audit records.
+fn take_in(
+    gateway: &Gateway,
+    inbound: &Inbound,
+    window: &Deliveries,
+) -> (Vec<bool>, Vec<(&'static str, serde_json::Value)>) {
+    let views: Vec<(&str, &BasicProperties, &[u8])> = window
+        .iter()
+        .map(|(exchange, props, body, _)| (exchange.as_str(), props, body.as_slice()))
+        .collect();
+    gateway.courier.intake(inbound, &views)
 }
 
 #[test]
@@ -87,11 +103,7 @@ fn a_window_is_answered_with_one_receipt_per_sending_gateway() {
     let mut window = outbox(&a);
     window.extend(outbox(&b));
     window.swap(1, 3);
-    let views: Vec<(&str, &BasicProperties, &[u8])> = window
-        .iter()
-        .map(|(exchange, props, body, _)| (exchange.as_str(), props, body.as_slice()))
-        .collect();
-    let (acks, _) = r.courier.intake(&inbound, &views);
+    let (acks, _) = take_in(&r, &inbound, &window);
     assert_eq!(acks, vec![true; 5]);
 
     let receipts: Vec<(String, Vec<Uuid>)> = outbox(&r)
@@ -122,7 +134,7 @@ fn a_window_is_answered_with_one_receipt_per_sending_gateway() {
     );
 
     // The same window again (a redelivery): nothing new, so nothing reported.
-    let (acks, _) = r.courier.intake(&inbound, &views);
+    let (acks, _) = take_in(&r, &inbound, &window);
     assert_eq!(acks, vec![true; 5]);
     assert_eq!(outbox(&r).len(), 2, "duplicates are never reported");
 }
@@ -155,15 +167,6 @@ fn a_receipt_moves_only_the_messages_sent_to_the_fleet_it_comes_from() {
         })
         .collect();
     let state = |id| a.courier.delivery(id).unwrap().unwrap().state;
-    let take_in = |gateway: &Gateway,
-                   inbound: &Inbound,
-                   window: &[(String, BasicProperties, Vec<u8>, Sealed)]| {
-        let views: Vec<(&str, &BasicProperties, &[u8])> = window
-            .iter()
-            .map(|(exchange, props, body, _)| (exchange.as_str(), props, body.as_slice()))
-            .collect();
-        gateway.courier.intake(inbound, &views)
-    };
     let (acks, _) = take_in(&r, &at_r, &outbox(&a));
     assert_eq!(acks, vec![true; 2]);
 
@@ -176,7 +179,7 @@ fn a_receipt_moves_only_the_messages_sent_to_the_fleet_it_comes_from() {
         Some("forged".to_owned()),
     );
     x.state.outbox_put(id, &record).unwrap();
-    let forged: Vec<_> = outbox_of(&x, "g")
+    let forged: Deliveries = outbox_of(&x, "g")
         .into_iter()
         .filter(|(_, _, _, sealed)| sealed.meta.id == id)
         .collect();
