@@ -7,8 +7,8 @@
 //! `Courier::send` (seal with Ed25519, outbox commit, group disk sync) while a pump publishes
 //! with confirm and settles as the link does; the receiving task runs `Courier::intake` (origin,
 //! signature, window, replay + dedupe + hold + receipt in one durable transaction per window of
-//! up to 32), acks, then records the window's decisions in the audit log (one disk sync) before
-//! it takes the next window, as the link does. Each receiver runs as its own task, as the
+//! up to 32), acks, then hands the window's decisions to the audit log's writer thread and
+//! takes the next window, as the link does. Each receiver runs as its own task, as the
 //! receiving gateway's link does; a round trip lasts until the receiver has acked. A third side, the *floor*, is raw lapin plus
 //! the least that any implementation of the requirements must add per message (an Ed25519
 //! signature made and verified, one 4 KiB record made durable before the ack); it bounds from
@@ -36,7 +36,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use ed25519_dalek::{Signature, Signer, SigningKey};
-use fleetd::audit::Audit;
+use fleetd::audit::{Audit, Background};
 use fleetd::broker::deliver::{Courier, Outlets, Pump};
 use fleetd::broker::inbound::Inbound;
 use fleetd::broker::{confirm_channel, connect, topology};
@@ -370,10 +370,16 @@ async fn main() {
     // only fleetd has (checks, and the durable hand-off before the ack).
     let intakes = Arc::new(std::sync::Mutex::new(Vec::with_capacity(ROUNDS)));
     let timed = Arc::clone(&intakes);
-    // After the acks, the window's decisions go to the audit log (one disk sync), as the link
-    // records them; the next window waits for it, as in the link.
-    let record = fleetd::daemon::recorder(Arc::new(
-        Audit::open(&dir.path().join("receiver"), Scrubber::new()).unwrap(),
+    // After the acks, the window's decisions go to the audit log's background writer, as the
+    // link records them.
+    let audit = Arc::new(Audit::open(&dir.path().join("receiver"), Scrubber::new()).unwrap());
+    let audit_failed = Arc::new(std::sync::Mutex::new(None));
+    let failed = Arc::clone(&audit_failed);
+    let record = fleetd::daemon::background_recorder(Arc::new(
+        Background::start(audit, move |error| {
+            failed.lock().unwrap().get_or_insert(error.to_string());
+        })
+        .unwrap(),
     ));
     let ours_acked = receive(
         consumer,
@@ -471,6 +477,11 @@ async fn main() {
             .queue_delete(name.as_str().into(), QueueDeleteOptions::default())
             .await;
     }
+    let failed = audit_failed.lock().unwrap().take();
+    assert!(
+        failed.is_none(),
+        "the receiver's audit log failed: {failed:?}"
+    );
     let (rp50, rp99, raw_rate) = raw.report();
     let (fp50, fp99, floor_rate) = floor.report();
     let (op50, op99, ours_rate) = ours.report();

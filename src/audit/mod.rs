@@ -10,7 +10,9 @@ use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::mpsc::{SendError, SyncSender, sync_channel};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
@@ -133,6 +135,95 @@ impl Audit {
     }
 }
 
+/// Records for a [`Background`] writer, each an event name and its detail.
+pub type Records = Vec<(&'static str, Value)>;
+
+/// Most batches waiting for the background writer; a sender waits beyond that.
+const BACKGROUND_QUEUE: usize = 1024;
+
+/// An audit writer on a thread of its own, for a loop that must not wait for the disk: the
+/// broker link records a window's decisions after acknowledging it and takes the next window at
+/// once. Records are appended in the order sent; whatever waits when the writer wakes goes out
+/// with one disk sync. [`Background::finish`] (or dropping it) waits until everything sent is
+/// on disk.
+pub struct Background {
+    audit: Arc<Audit>,
+    queue: Mutex<Option<SyncSender<Records>>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for Background {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Background").finish_non_exhaustive()
+    }
+}
+
+impl Background {
+    /// Starts the writer thread for `audit`; `failed` hears of every write that fails (its
+    /// records are lost: the log needs an operator).
+    pub fn start(
+        audit: Arc<Audit>,
+        failed: impl Fn(AuditError) + Send + 'static,
+    ) -> std::io::Result<Background> {
+        let (queue, batches) = sync_channel::<Records>(BACKGROUND_QUEUE);
+        let writer = Arc::clone(&audit);
+        let thread = std::thread::Builder::new()
+            .name("fleetd-audit".to_owned())
+            .spawn(move || {
+                while let Ok(mut records) = batches.recv() {
+                    while let Ok(more) = batches.try_recv() {
+                        records.extend(more);
+                    }
+                    if let Err(error) = writer.record_all(&records) {
+                        failed(error);
+                    }
+                }
+            })?;
+        Ok(Background {
+            audit,
+            queue: Mutex::new(Some(queue)),
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    /// Queues records; returns at once unless the writer is [`BACKGROUND_QUEUE`] batches
+    /// behind. After [`Background::finish`] they are written here and now, so none is lost.
+    pub fn send(&self, records: Records) -> Result<(), AuditError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let queue = lock(&self.queue).clone();
+        let records = match queue {
+            Some(queue) => match queue.send(records) {
+                Ok(()) => return Ok(()),
+                Err(SendError(records)) => records,
+            },
+            None => records,
+        };
+        self.audit.record_all(&records)
+    }
+
+    /// Stops taking records and waits until every record sent is on disk.
+    pub fn finish(&self) {
+        drop(lock(&self.queue).take());
+        if let Some(thread) = lock(&self.thread).take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Checks the whole chain; returns the last sequence number and hash.
 pub fn verify(path: &Path) -> Result<(u64, String), AuditError> {
     let io = |source| AuditError::Io {
@@ -237,6 +328,42 @@ mod tests {
         assert!(
             Audit::open(dir.path(), scrubber).is_err(),
             "a broken log is not appended to"
+        );
+    }
+
+    #[test]
+    fn the_background_writer_keeps_order_and_loses_nothing_at_finish() {
+        let dir = tempfile::tempdir().unwrap();
+        let scrubber = Scrubber::new();
+        scrubber
+            .register("canary", &SecretString::from("Aud1tCanaryValue"))
+            .unwrap();
+        let audit = Arc::new(Audit::open(dir.path(), scrubber).unwrap());
+        let writer = Background::start(Arc::clone(&audit), |error| panic!("{error}")).unwrap();
+        for batch in 0..50 {
+            let records = (0..3)
+                .map(|i| ("x", json!({"n": batch * 3 + i, "t": "Aud1tCanaryValue"})))
+                .collect();
+            writer.send(records).unwrap();
+        }
+        // The synchronous path and the writer share one chain.
+        audit.record("direct", json!({})).unwrap();
+        writer.finish();
+        writer.send(vec![("after", json!({}))]).unwrap();
+        let path = dir.path().join(FILE);
+        assert_eq!(verify(&path).unwrap().0, 152, "every record, chained");
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(!text.contains("Aud1tCanaryValue"), "records are scrubbed");
+        let numbers: Vec<u64> = text
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .filter(|r| r["event"] == "x")
+            .map(|r| r["detail"]["n"].as_u64().unwrap())
+            .collect();
+        assert_eq!(numbers, (0..150).collect::<Vec<_>>(), "in the order sent");
+        assert!(
+            text.lines().last().unwrap().contains("\"after\""),
+            "sent after finish: written at once"
         );
     }
 }

@@ -24,7 +24,7 @@ use self::policy::PolicyHandle;
 use std::sync::Arc;
 
 use crate::api::{self, ApiState};
-use crate::audit::Audit;
+use crate::audit::{Audit, AuditError, Background};
 use crate::broker::deliver::Courier;
 use crate::broker::inbound::Inbound;
 use crate::broker::link::Recorder;
@@ -90,6 +90,8 @@ pub async fn run(
         ..ApiState::default()
     };
     let broker = secrets.iter().find(|s| s.name.as_str() == BROKER_URI);
+    // The link's audit writer, finished (everything it was given on disk) before the exit.
+    let mut link_audit = None;
     let link_status = match broker {
         Some(secret) => {
             let mut uri = BrokerUri::parse(&secret.value).map_err(RunError::BrokerUri)?;
@@ -205,13 +207,26 @@ pub async fn run(
                 stopped.clone(),
             ));
             api_state.router = Some(gateway);
+            // The link records a window's decisions after acknowledging it; its next window
+            // does not wait for the audit's disk sync.
+            let writer = Background::start(Arc::clone(&audit), |error| {
+                tracing::error!(%error, "cannot write the audit log");
+            })
+            .map_err(|source| {
+                RunError::Audit(AuditError::Io {
+                    path: config.paths.state.join(crate::audit::FILE),
+                    source,
+                })
+            })?;
+            let writer = Arc::new(writer);
+            link_audit = Some(Arc::clone(&writer));
             let presence = Arc::new(Presence {
                 roster,
                 key,
                 fleet: fleet.clone(),
                 beat_ttl: config.roster.suspect_after,
                 last_beat: std::sync::Mutex::new(None),
-                record: recorder(Arc::clone(&audit)),
+                record: background_recorder(writer),
             });
             let (status, receiver) = watch::channel(LinkStatus::Starting);
             api_state.link = Some(receiver.clone());
@@ -295,6 +310,9 @@ pub async fn run(
         warn!("tasks did not stop within 5 s; aborting them");
         tasks.abort_all();
     }
+    if let Some(writer) = link_audit {
+        let _ = tokio::task::spawn_blocking(move || writer.finish()).await;
+    }
     if let Some(status) = link_status {
         info!(broker.status = %*status.borrow(), "broker link closed");
     }
@@ -355,6 +373,16 @@ async fn keep_roster(roster: Arc<std::sync::Mutex<Roster>>, mut stop: watch::Rec
 pub fn recorder(audit: Arc<Audit>) -> Recorder {
     Arc::new(move |records| {
         if let Err(error) = audit.record_all(records) {
+            tracing::error!(%error, "cannot write the audit log");
+        }
+    })
+}
+
+/// Records decisions through the audit log's background writer: returns without waiting for
+/// the disk; a failed write is logged.
+pub fn background_recorder(writer: Arc<Background>) -> Recorder {
+    Arc::new(move |records| {
+        if let Err(error) = writer.send(records.to_vec()) {
             tracing::error!(%error, "cannot write the audit log");
         }
     })
