@@ -278,13 +278,19 @@ mod tests {
 
     use super::*;
 
-    #[test]
-    fn records_chain_and_any_change_is_found() {
-        let dir = tempfile::tempdir().unwrap();
+    /// A scrubber holding the canary secret the records carry.
+    fn canary_scrubber() -> Scrubber {
         let scrubber = Scrubber::new();
         scrubber
             .register("canary", &SecretString::from("Aud1tCanaryValue"))
             .unwrap();
+        scrubber
+    }
+
+    #[test]
+    fn records_chain_and_any_change_is_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let scrubber = canary_scrubber();
         {
             let audit = Audit::open(dir.path(), scrubber.clone()).unwrap();
             for i in 0..5 {
@@ -334,10 +340,7 @@ mod tests {
     #[test]
     fn the_background_writer_keeps_order_and_loses_nothing_at_finish() {
         let dir = tempfile::tempdir().unwrap();
-        let scrubber = Scrubber::new();
-        scrubber
-            .register("canary", &SecretString::from("Aud1tCanaryValue"))
-            .unwrap();
+        let scrubber = canary_scrubber();
         let audit = Arc::new(Audit::open(dir.path(), scrubber).unwrap());
         let writer = Background::start(Arc::clone(&audit), |error| panic!("{error}")).unwrap();
         for batch in 0..50 {
