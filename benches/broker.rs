@@ -1,7 +1,7 @@
 //! The send→deliver path against raw lapin, on the machine's RabbitMQ, in one run.
 //!
 //! Run: `cargo bench --bench broker` (needs RabbitMQ at 127.0.0.1:5672, guest/guest; uses the
-//! default vhost with a uniquely named exchange and queue, removed afterwards).
+//! default vhost with uniquely named queues on the inbox exchange, removed afterwards).
 //!
 //! Raw: publish with confirm; a consumer task acks. fleetd, with the daemon's own parts:
 //! `Courier::send` (seal with Ed25519, outbox commit, group disk sync) while a pump publishes
@@ -39,6 +39,7 @@ use ed25519_dalek::{Signature, Signer, SigningKey};
 use fleetd::audit::{Audit, Background};
 use fleetd::broker::deliver::{Courier, Outlets, Pump};
 use fleetd::broker::inbound::Inbound;
+use fleetd::broker::topology::INBOX_EXCHANGE;
 use fleetd::broker::{confirm_channel, connect, topology};
 use fleetd::scrub::Scrubber;
 use fleetd::secret::BrokerUri;
@@ -49,7 +50,7 @@ use lapin::options::{
     BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, QueueDeleteOptions,
 };
 use lapin::types::{AMQPValue, FieldTable, ShortString};
-use lapin::{BasicProperties, Consumer};
+use lapin::{BasicProperties, Channel, Consumer};
 use secrecy::SecretString;
 use tokio::sync::watch;
 use uuid::Uuid;
@@ -117,6 +118,63 @@ async fn until(acked: &mut watch::Receiver<usize>, count: usize, what: &str) {
         "{what}: only {} of {count} messages acked after {STALL:?}",
         *acked.borrow()
     );
+}
+
+/// Declares the bench's queues and their consumers.
+struct Inboxes<'a> {
+    setup: &'a Channel,
+    consume: &'a Channel,
+}
+
+impl Inboxes<'_> {
+    /// Declares `queue`, bound to the inbox exchange with `key`, and consumes it.
+    async fn consumer(&self, queue: &str, key: &str) -> Consumer {
+        topology::declare_bound_queue(
+            self.setup,
+            queue,
+            INBOX_EXCHANGE,
+            key,
+            bench_queue_arguments(),
+        )
+        .await
+        .unwrap();
+        self.consume
+            .basic_consume(
+                queue.into(),
+                queue.into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .unwrap()
+    }
+}
+
+/// Publishes `body` to the inbox exchange with `key` on confirm channel `channel` as a fleet
+/// user would (persistent, `mandatory`, `user_id`, a message id); the started message is
+/// finished when the broker confirms it.
+async fn publish_confirmed(channel: &Channel, key: &str, body: Vec<u8>) -> Started {
+    let properties = BasicProperties::default()
+        .with_delivery_mode(2)
+        .with_user_id(ShortString::from("guest"))
+        .with_message_id(ShortString::from(Uuid::now_v7().to_string()));
+    let options = BasicPublishOptions {
+        mandatory: true,
+        ..BasicPublishOptions::default()
+    };
+    let confirm = channel
+        .basic_publish(
+            INBOX_EXCHANGE.into(),
+            key.into(),
+            options,
+            &body,
+            properties,
+        )
+        .await
+        .unwrap();
+    Box::pin(async move {
+        confirm.await.unwrap();
+    })
 }
 
 /// An inbox's arguments, plus `x-expires`: a run that panics leaves no queue behind for long.
@@ -202,51 +260,25 @@ async fn main() {
             .unwrap()
             .as_nanos()
     );
-    let exchange = "fleet.inbox";
-    let queue = format!("agent.bench-{nonce}.inbox");
-    let key = format!("bench-{nonce}");
     let setup = connection.create_channel().await.unwrap();
     topology::declare_exchanges(&setup).await.unwrap();
-    topology::declare_bound_queue(&setup, &queue, exchange, &key, bench_queue_arguments())
-        .await
-        .unwrap();
+    let consume = connection.create_channel().await.unwrap();
+    let inboxes = Inboxes {
+        setup: &setup,
+        consume: &consume,
+    };
 
     // Raw lapin: the publisher publishes with confirm; a consumer task takes what is waiting
     // (up to a window of 32) and acks it.
     let raw = confirm_channel(&connection).await.unwrap();
-    let consume = connection.create_channel().await.unwrap();
-    let consumer = consume
-        .basic_consume(
-            queue.as_str().into(),
-            "bench".into(),
-            BasicConsumeOptions::default(),
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
-    let raw_acked = receive(consumer, |_| (true, ()), |()| ());
+    let queue = format!("agent.bench-{nonce}.inbox");
+    let key = format!("bench-{nonce}");
+    let raw_acked = receive(
+        inboxes.consumer(&queue, &key).await,
+        |_| (true, ()),
+        |()| (),
+    );
     let body = vec![b'x'; 400];
-    let props = || {
-        BasicProperties::default()
-            .with_delivery_mode(2)
-            .with_user_id(ShortString::from("guest"))
-            .with_message_id(ShortString::from(Uuid::now_v7().to_string()))
-    };
-    let options = BasicPublishOptions {
-        mandatory: true,
-        ..BasicPublishOptions::default()
-    };
-    let publish = || async {
-        raw.basic_publish(
-            exchange.into(),
-            key.as_str().into(),
-            options,
-            &body,
-            props(),
-        )
-        .await
-        .unwrap()
-    };
     // The floor: raw lapin plus the least any implementation of the requirements must do per
     // message on the path — the sender signs (Ed25519), the receiver verifies (`verify_strict`)
     // and makes one 4 KiB record durable (`pwrite` + `fdatasync` into a pre-written journal in
@@ -254,24 +286,7 @@ async fn main() {
     // envelope, no replay or dedupe lookup, no outbox write on the sender.
     let floor_queue = format!("agent.bench-{nonce}-floor.inbox");
     let floor_key = format!("bench-{nonce}-floor");
-    topology::declare_bound_queue(
-        &setup,
-        &floor_queue,
-        exchange,
-        &floor_key,
-        bench_queue_arguments(),
-    )
-    .await
-    .unwrap();
-    let floor_consumer = consume
-        .basic_consume(
-            floor_queue.as_str().into(),
-            "bench-floor".into(),
-            BasicConsumeOptions::default(),
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
+    let floor_consumer = inboxes.consumer(&floor_queue, &floor_key).await;
     let dir = tempfile::tempdir().unwrap();
     let signing = Arc::new(SigningKey::from_bytes(&[7; 32]));
     let verifying = signing.verifying_key();
@@ -298,21 +313,6 @@ async fn main() {
         },
         |()| (),
     );
-    let floor_publish = || async {
-        let signature = signing.sign(&body);
-        let mut signed = Vec::with_capacity(64 + body.len());
-        signed.extend_from_slice(&signature.to_bytes());
-        signed.extend_from_slice(&body);
-        raw.basic_publish(
-            exchange.into(),
-            floor_key.as_str().into(),
-            options,
-            &signed,
-            props(),
-        )
-        .await
-        .unwrap()
-    };
     // fleetd: the daemon's own parts. The sender's `Courier::send` (seal, outbox commit, group
     // disk sync) runs on a blocking thread as the local API runs it, while a pump task publishes
     // on a confirm channel and settles on the broker's answer, as the link does. The receiving
@@ -347,24 +347,7 @@ async fn main() {
     .unwrap();
     let worker = receiver.open_agent("worker", "mailbox", None).unwrap();
     let inbox = topology::inbox_queue(&worker.to_string());
-    topology::declare_bound_queue(
-        &setup,
-        &inbox,
-        exchange,
-        &worker.to_string(),
-        bench_queue_arguments(),
-    )
-    .await
-    .unwrap();
-    let consumer = consume
-        .basic_consume(
-            inbox.as_str().into(),
-            "bench-fleetd".into(),
-            BasicConsumeOptions::default(),
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
+    let consumer = inboxes.consumer(&inbox, &worker.to_string()).await;
     let inbound = Inbound::new("guest", pins, 120_000, receiver_state);
     // The intake of a window of one (the latency phase), timed: the part of a round trip that
     // only fleetd has (checks, and the durable hand-off before the ack).
@@ -433,14 +416,9 @@ async fn main() {
     };
     let text = "x".repeat(256);
 
-    // Raw and fleetd alternate in blocks (the first side alternating too), so that drift on a
-    // shared machine weighs on both alike; latencies and burst times are pooled per side.
-    let raw_start = || async {
-        let confirm = publish().await;
-        Box::pin(async move {
-            confirm.await.unwrap();
-        }) as Started
-    };
+    // The sides take turns in blocks, so that drift on a shared machine weighs on all alike;
+    // latencies and burst times are pooled per side.
+    let raw_start = || publish_confirmed(&raw, &key, body.clone());
     let ours_start = || {
         let sent = send(text.clone());
         async move {
@@ -449,11 +427,10 @@ async fn main() {
             }) as Started
         }
     };
-    let floor_start = || async {
-        let confirm = floor_publish().await;
-        Box::pin(async move {
-            confirm.await.unwrap();
-        }) as Started
+    let floor_start = || {
+        let mut signed = signing.sign(&body).to_bytes().to_vec();
+        signed.extend_from_slice(&body);
+        publish_confirmed(&raw, &floor_key, signed)
     };
     let mut raw = Side::new("raw", raw_acked);
     let mut floor = Side::new("floor", floor_acked);
@@ -469,10 +446,7 @@ async fn main() {
         }
     }
 
-    let _ = setup
-        .queue_delete(inbox.as_str().into(), QueueDeleteOptions::default())
-        .await;
-    for name in [&queue, &floor_queue] {
+    for name in [&inbox, &queue, &floor_queue] {
         let _ = setup
             .queue_delete(name.as_str().into(), QueueDeleteOptions::default())
             .await;
