@@ -3,14 +3,30 @@ use uuid::Uuid;
 use super::*;
 
 fn store(dir: &Path) -> StateStore {
-    StateStore::open(
+    store_with(
         dir,
         Limits {
             max_held: 3,
             ..Limits::default()
         },
     )
-    .unwrap()
+}
+
+fn store_with(dir: &Path, limits: Limits) -> StateStore {
+    StateStore::open(dir, limits).unwrap()
+}
+
+/// An inbound message with key id `k` and nothing to do but `hold` (an empty default).
+fn incoming(id: Uuid, hold: Option<&[u8]>) -> Incoming<'_> {
+    Incoming {
+        key_id: "k",
+        id,
+        expires_ms: 10_000,
+        hold,
+        outbox: None,
+        receipt: false,
+        delivery: &[],
+    }
 }
 
 #[test]
@@ -38,14 +54,13 @@ fn replay_and_dedupe_remember_across_reopen() {
 #[test]
 fn prune_drops_only_what_expired() {
     let dir = tempfile::tempdir().unwrap();
-    let s = StateStore::open(
+    let s = store_with(
         dir.path(),
         Limits {
             dedupe_retention_ms: 100,
             ..Limits::default()
         },
-    )
-    .unwrap();
+    );
     let (old, new) = (Uuid::now_v7(), Uuid::now_v7());
     s.replay_insert_new("k", old, 1_000).unwrap();
     s.replay_insert_new("k", new, 3_000).unwrap();
@@ -129,25 +144,16 @@ fn a_batch_commits_new_messages_with_their_effects_and_skips_duplicates() {
     );
     s.outbox_put_tracked(sent, b"out", &[1, b'q'], &|| ())
         .unwrap();
-    let item = |id, hold| Incoming {
-        key_id: "k",
-        id,
-        expires_ms: 10_000,
-        hold,
-        outbox: None,
-        receipt: false,
-        delivery: &[],
-    };
     let advanced = [(sent, vec![2, b'd'])];
     let items = [
         Incoming {
             outbox: Some((receipt, b"receipt".as_slice())),
-            ..item(a, Some(b"a".as_slice()))
+            ..incoming(a, Some(b"a".as_slice()))
         },
-        item(a, Some(b"again".as_slice())),
+        incoming(a, Some(b"again".as_slice())),
         Incoming {
             delivery: &advanced,
-            ..item(b, None)
+            ..incoming(b, None)
         },
     ];
     assert_eq!(
@@ -168,7 +174,7 @@ fn a_batch_commits_new_messages_with_their_effects_and_skips_duplicates() {
     assert_eq!(outbox, expected);
     assert_eq!(s.delivery_get(sent).unwrap().unwrap(), vec![2, b'd']);
     assert_eq!(
-        s.accept_batch(&[item(b, None)], 2, &|_| Vec::new())
+        s.accept_batch(&[incoming(b, None)], 2, &|_| Vec::new())
             .unwrap(),
         vec![Taken::Duplicate],
         "a message id is taken once"
@@ -182,15 +188,7 @@ fn a_batch_leaves_a_message_for_redelivery_when_the_held_store_is_full() {
     let ids: Vec<Uuid> = (0..4).map(|_| Uuid::now_v7()).collect();
     let items: Vec<Incoming<'_>> = ids
         .iter()
-        .map(|id| Incoming {
-            key_id: "k",
-            id: *id,
-            expires_ms: 10_000,
-            hold: Some(b"m".as_slice()),
-            outbox: None,
-            receipt: false,
-            delivery: &[],
-        })
+        .map(|id| incoming(*id, Some(b"m".as_slice())))
         .collect();
     let taken = s.accept_batch(&items, 1, &|_| Vec::new()).unwrap();
     assert_eq!(taken, vec![Taken::New, Taken::New, Taken::New, Taken::Full]);
@@ -205,27 +203,21 @@ fn a_batch_leaves_a_message_for_redelivery_when_the_held_store_is_full() {
 #[test]
 fn a_batch_queues_its_receipts_for_exactly_the_messages_it_took_in() {
     let dir = tempfile::tempdir().unwrap();
-    let s = StateStore::open(
+    let s = store_with(
         dir.path(),
         Limits {
             max_outbox: 3,
             ..Limits::default()
         },
-    )
-    .unwrap();
+    );
     let seen = Uuid::now_v7();
     assert!(s.dedupe_insert_new(seen, 1).unwrap());
     // One outbox entry already queued: room for two more.
     s.outbox_put(Uuid::now_v7(), b"earlier").unwrap();
     let ids: Vec<Uuid> = (0..4).map(|_| Uuid::now_v7()).collect();
     let item = |id, receipt| Incoming {
-        key_id: "k",
-        id,
-        expires_ms: 10_000,
-        hold: Some(b"m".as_slice()),
-        outbox: None,
         receipt,
-        delivery: &[],
+        ..incoming(id, Some(b"m".as_slice()))
     };
     let items = [
         item(ids[0], true),
