@@ -378,7 +378,7 @@ async fn main() {
             }
             (acks.iter().all(|a| *a), audit)
         },
-        move |audit| record(&audit),
+        move |audit| record(audit),
     );
     let uri = Arc::new(uri);
     let pump_channel = confirm_channel(&connection).await.unwrap();

@@ -82,8 +82,8 @@ pub struct Presence {
 }
 
 /// Records decisions, each an event name and its detail, in order (the daemon writes them to the
-/// audit log with one disk sync).
-pub type Recorder = Arc<dyn Fn(&[(&'static str, serde_json::Value)]) + Send + Sync>;
+/// audit log; the link's go through the log's writer thread, handed over without a copy).
+pub type Recorder = Arc<dyn Fn(Vec<(&'static str, serde_json::Value)>) + Send + Sync>;
 
 /// How the link behaves.
 #[derive(Clone, Debug)]
@@ -484,7 +484,7 @@ impl Served<'_> {
         }
         // After the acks: the hand-off is already durable; the audit's disk sync need not delay
         // the broker.
-        (self.presence.record)(&audit);
+        (self.presence.record)(audit);
     }
 
     /// Sends the latest beat into each other fleet's `x.in.OWN`; a fleet that fails is retried

@@ -214,7 +214,7 @@ impl Gateway {
                 "spawn.failed"
             }
         };
-        (self.record)(&[(
+        (self.record)(vec![(
             event,
             json!({
                 "request": message.map(|m| m.to_string()),
@@ -326,7 +326,7 @@ impl Gateway {
                         agent: None,
                         reasons: vec![error.to_string()],
                     };
-                    (self.record)(&[(
+                    (self.record)(vec![(
                         "spawn.refused",
                         json!({"request": held.id.to_string(), "origin": {"fleet": held.origin.fleet, "host": held.origin.host}, "reasons": reply.reasons}),
                     )]);

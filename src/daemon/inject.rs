@@ -116,7 +116,7 @@ fn inject_round(
             courier.set_status(agent, "blocked");
             if blocked.insert(message.id) {
                 warn!(msg.id = %message.id, agent.id = %agent, %reason, "message held: its pane agent is blocked");
-                record(&[(
+                record(vec![(
                     "message.blocked",
                     json!({"msg_id": message.id.to_string(), "agent": agent.to_string(), "reason": reason}),
                 )]);
@@ -140,7 +140,7 @@ fn inject_round(
         match courier.injected(message.id) {
             Ok(_) => {
                 info!(msg.id = %message.id, agent.id = %agent, "message typed into its pane");
-                record(&[(
+                record(vec![(
                     "message.injected",
                     json!({"msg_id": message.id.to_string(), "agent": agent.to_string(),
                            "origin": {"fleet": message.origin.fleet, "host": message.origin.host}}),

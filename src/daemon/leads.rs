@@ -91,7 +91,7 @@ fn check(gateway: &Gateway, lead: &Lead, watch: &mut Watch) {
     {
         watch.down_reported = true;
         warn!(lead = %lead.name, agent.id = %id, %reason, "lead down; restoring it");
-        (gateway.record)(&[(
+        (gateway.record)(vec![(
             "lead.down",
             json!({"lead": lead.name, "agent": id.to_string(), "reason": reason}),
         )]);

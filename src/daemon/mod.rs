@@ -372,7 +372,7 @@ async fn keep_roster(roster: Arc<std::sync::Mutex<Roster>>, mut stop: watch::Rec
 /// Records decisions in the audit log; a failed write is logged (it needs an operator).
 pub fn recorder(audit: Arc<Audit>) -> Recorder {
     Arc::new(move |records| {
-        if let Err(error) = audit.record_all(records) {
+        if let Err(error) = audit.record_all(&records) {
             tracing::error!(%error, "cannot write the audit log");
         }
     })
@@ -382,7 +382,7 @@ pub fn recorder(audit: Arc<Audit>) -> Recorder {
 /// the disk; a failed write is logged.
 pub fn background_recorder(writer: Arc<Background>) -> Recorder {
     Arc::new(move |records| {
-        if let Err(error) = writer.send(records.to_vec()) {
+        if let Err(error) = writer.send(records) {
             tracing::error!(%error, "cannot write the audit log");
         }
     })
