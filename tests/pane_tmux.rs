@@ -177,3 +177,88 @@ fn fleetd_never_starts_the_tmux_server_itself() {
     let error = tmux.launch(&launch(&["true"], &[])).unwrap_err();
     assert!(error.to_string().contains("no tmux server runs"), "{error}");
 }
+
+/// The environment of the process running in `pane`, read from /proc.
+fn pane_environ(server: &Server, pane: &PaneId) -> String {
+    let out = Command::new("tmux")
+        .args([
+            "-L",
+            &server.0,
+            "display-message",
+            "-p",
+            "-t",
+            &pane.0,
+            "#{pane_pid}",
+        ])
+        .output()
+        .unwrap();
+    let pid = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let bytes = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+    String::from_utf8_lossy(&bytes).replace('\0', "\n")
+}
+
+fn tmux_out(server: &Server, args: &[&str]) -> String {
+    let out = Command::new("tmux")
+        .arg("-L")
+        .arg(&server.0)
+        .args(args)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn one_panes_environment_never_reaches_the_next_pane_the_session_or_the_server() {
+    let server = Server::start();
+    let tmux = server.tmux();
+    let canary = format!("canary-{:08x}{:08x}", rand_u32(), rand_u32());
+    // The first launch creates the `fleetd` session; the second opens a window in it.
+    let first = tmux
+        .launch(&launch(&["sleep", "600"], &[("ALPHA_TOKEN", &canary)]))
+        .unwrap();
+    let second = tmux.launch(&launch(&["sleep", "600"], &[])).unwrap();
+    assert!(
+        pane_environ(&server, &first).contains(&format!("ALPHA_TOKEN={canary}")),
+        "the first pane has its own variable"
+    );
+    assert!(
+        !pane_environ(&server, &second).contains("ALPHA_TOKEN"),
+        "the second pane inherited the first one's variable"
+    );
+    let global = tmux_out(&server, &["show-environment", "-g"]);
+    assert!(
+        !global.contains("ALPHA_TOKEN"),
+        "global environment: {global}"
+    );
+    for session in tmux_out(&server, &["list-sessions", "-F", "#{session_name}"]).lines() {
+        let env = tmux_out(&server, &["show-environment", "-t", session]);
+        assert!(!env.contains("ALPHA_TOKEN"), "session {session}: {env}");
+    }
+    // No server-wide option was changed for the user's other windows; the placeholder window
+    // that created the session is gone: the session holds the two agents' windows only.
+    assert_eq!(
+        tmux_out(&server, &["show-options", "-g", "-w", "remain-on-exit"]).trim(),
+        "remain-on-exit off"
+    );
+    assert_eq!(
+        tmux_out(
+            &server,
+            &["show-options", "-w", "-t", "keep:", "remain-on-exit"]
+        )
+        .trim(),
+        "",
+        "the user's own window got no option"
+    );
+    let panes = tmux_out(
+        &server,
+        &["list-panes", "-s", "-t", "fleetd", "-F", "#{pane_id}"],
+    );
+    let mut panes: Vec<&str> = panes.lines().collect();
+    panes.sort_unstable();
+    let mut agents = [first.0.as_str(), second.0.as_str()];
+    agents.sort_unstable();
+    assert_eq!(
+        panes, agents,
+        "the fleetd session holds exactly the agents' panes"
+    );
+}

@@ -167,7 +167,6 @@ impl Multiplexer for Tmux {
         for arg in &launch.argv {
             words.push(quote(arg)?);
         }
-        let target = quote(&self.session)?;
         // The server must already run on its own (the operator's unit starts it): a server that
         // fleetd's call started would inherit fleetd's sandbox, and so would every agent.
         let exists = match self.run("has-session", &["has-session", "-t", &self.session], b"") {
@@ -186,17 +185,16 @@ impl Multiplexer for Tmux {
             }
             Err(_) => false,
         };
-        let create = if exists {
-            format!("new-window -d -t {target}: -P -F '#{{pane_id}}'")
-        } else {
-            format!("new-session -d -s {target} -P -F '#{{pane_id}}'")
+        let script = self.launch_script(&words.join(" "), exists)?;
+        let out = match self.script("launch", &script) {
+            // Another launch created the session a moment ago: open the window in it.
+            Err(PaneError::Unavailable { detail, .. })
+                if !exists && detail.contains("duplicate session") =>
+            {
+                self.script("launch", &self.launch_script(&words.join(" "), true)?)?
+            }
+            other => other?,
         };
-        // remain-on-exit first: a process that ends at once still leaves its status behind.
-        let script = format!(
-            "set-option -g -w remain-on-exit on\n{create} {}\n",
-            words.join(" ")
-        );
-        let out = self.script("launch", &script)?;
         let id = out.lines().map(str::trim).rfind(|l| l.starts_with('%'));
         match id {
             Some(id) => Ok(PaneId(id.to_owned())),
@@ -210,12 +208,7 @@ impl Multiplexer for Tmux {
 
     fn send_text(&self, pane: &PaneId, text: &str) -> Result<(), PaneError> {
         let clean = sanitize(text.as_bytes());
-        let mut name = [0u8; 8];
-        getrandom::fill(&mut name).map_err(|e| PaneError::Refused(e.to_string()))?;
-        let buffer = format!(
-            "fleetd-{}",
-            name.iter().map(|b| format!("{b:02x}")).collect::<String>()
-        );
+        let buffer = unique_name("fleetd")?;
         self.run(
             "load-buffer",
             &["load-buffer", "-b", &buffer, "-"],
@@ -296,6 +289,39 @@ impl Multiplexer for Tmux {
 }
 
 impl Tmux {
+    /// The `source-file` script that opens a window running `words` (`-c`, `-e`, `--`, argv,
+    /// quoted) and prints its pane id.
+    ///
+    /// The agent's environment goes on its own window (`new-window -e`), never on the session:
+    /// `new-session -e` would set the *session's* environment, which every later window
+    /// inherits (one agent's secrets in the next agent's pane). So a missing session is created
+    /// with a neutral placeholder window, closed again once the agent's window exists.
+    /// `remain-on-exit` is set on the agent's window alone (never the server-wide default, which
+    /// would change the user's other windows), in the same command queue as `new-window`: the
+    /// server runs the queue without handling the child's exit in between, so a process that
+    /// ends at once still leaves its status behind.
+    fn launch_script(&self, words: &str, session_exists: bool) -> Result<String, PaneError> {
+        let session = quote(&self.session)?;
+        let window = unique_name("fleetd")?;
+        let target = quote(&format!("{}:{window}", self.session))?;
+        let mut script = String::new();
+        let placeholder = if session_exists {
+            None
+        } else {
+            let hold = unique_name("fleetd-hold")?;
+            script.push_str(&format!("new-session -d -s {session} -n {hold}\n"));
+            Some(quote(&format!("{}:{hold}", self.session))?)
+        };
+        script.push_str(&format!(
+            "new-window -d -t {session}: -n {window} -P -F '#{{pane_id}}' {words}\n\
+             set-option -w -t {target} remain-on-exit on\n"
+        ));
+        if let Some(hold) = placeholder {
+            script.push_str(&format!("kill-window -t {hold}\n"));
+        }
+        Ok(script)
+    }
+
     /// Makes the server reap children it was not told about. tmux built with libutempter (as
     /// Debian's 3.3a is) sets SIGCHLD to its default while its utmp helper runs when a pane's
     /// terminal closes; a pane process that exits in that moment loses its SIGCHLD and stays a
@@ -328,6 +354,16 @@ impl Tmux {
         let dead = fields.next() == Some("1");
         Ok((dead, fields.next().and_then(|s| s.parse().ok())))
     }
+}
+
+/// `PREFIX-` and 16 random hex digits: a window name no other window has.
+fn unique_name(prefix: &str) -> Result<String, PaneError> {
+    let mut bytes = [0u8; 8];
+    getrandom::fill(&mut bytes).map_err(|e| PaneError::Refused(e.to_string()))?;
+    Ok(format!(
+        "{prefix}-{}",
+        bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()
+    ))
 }
 
 /// A word in tmux's command language, single-quoted (no expansion inside), with `'` spliced as
