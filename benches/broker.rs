@@ -345,7 +345,7 @@ async fn main() {
         Arc::clone(&receiver_state),
     )
     .unwrap();
-    let worker = receiver.open_agent("worker", "mailbox", None).unwrap();
+    let worker = receiver.agents().open_mailbox("worker").unwrap();
     let inbox = topology::inbox_queue(&worker.to_string());
     let consumer = inboxes.consumer(&inbox, &worker.to_string()).await;
     let inbound = Inbound::new("guest", pins, 120_000, receiver_state);

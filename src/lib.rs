@@ -14,6 +14,7 @@
 //! `sandbox` and `audit` in the places STYLE.md gives them.
 #![forbid(unsafe_code)]
 
+pub mod agent;
 pub mod api;
 pub mod audit;
 pub mod broker;

@@ -3,7 +3,8 @@
 //! decides with the broker-attested origin, its tmux server (private, started here) runs the
 //! agent through the readiness gate, and the reply reaches the laptop. The laptop then sends the
 //! worker a task, which is typed into its pane once. A profile B does not grant is refused with
-//! the reason, nothing is launched, and B audits both.
+//! the reason, nothing is launched, and B audits both. A spawn labelled with a name an agent on
+//! B already has is refused with the reason and takes nothing over.
 
 #![allow(
     clippy::unwrap_used,
@@ -138,6 +139,44 @@ max_instances = 1
     assert!(text.contains(&format!(
         "got:[[fleetd: from {a}/laptop agent {primary}, msg {task}] count the lines in README.md]"
     )));
+
+    // A spawn labelled with a name w1 already gives an agent takes nothing over — neither
+    // the worker this laptop started nor w1's own mailbox — and is answered with the reason.
+    let notes = w1.open_agent("notes");
+    laptop.wait_listed(&notes);
+    let (note, _) = laptop.send(&notes, &primary, "kept for w1's notes");
+    laptop.wait_delivery(&note, "delivered");
+    let panes = tmux.panes();
+    for (label, holder) in [("task-worker", &worker), ("notes", &notes)] {
+        let (ok, refused) = spawn(
+            &laptop,
+            &["--host", "w1", "--profile", "worker", "--label", label],
+        );
+        assert!(!ok, "{refused}");
+        assert_eq!(refused["outcome"], "refused", "{refused}");
+        let reasons = refused["reasons"].to_string();
+        assert!(
+            reasons.contains(&format!("the name `{label}` is held by agent {holder}")),
+            "the reason reaches the laptop: {refused}"
+        );
+        assert!(refused["agent"].is_null(), "{refused}");
+    }
+    assert_eq!(tmux.panes(), panes, "nothing launched on w1");
+    let held = w1.held(&notes);
+    assert_eq!(
+        held.len(),
+        1,
+        "the mailbox keeps its held message: {held:?}"
+    );
+    assert_eq!(held[0]["id"], note.as_str());
+    // The worker is still typed into in its own pane.
+    let (again, _) = laptop.send(&worker, &primary, "second task");
+    laptop.wait_delivery(&again, "delivered");
+    let text = tmux.shown();
+    assert!(
+        text.contains(&format!("msg {again}] second task]")),
+        "typed into the worker's pane: {text}"
+    );
 
     let audit_file = w1.state_dir().join("audit.jsonl");
     let audit = std::fs::read_to_string(&audit_file).unwrap();

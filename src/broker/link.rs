@@ -336,7 +336,7 @@ impl Served<'_> {
                         break Some(reason);
                     }
                 }
-                () = self.courier.agents_changed.notified() => {
+                () = self.courier.agents().changed.notified() => {
                     self.announce_agents();
                     if let Err(reason) = self.consume_agents(&consume, &tx, &mut forwarders, &mut consumed).await {
                         break Some(reason);
@@ -431,7 +431,7 @@ impl Served<'_> {
     ) -> Result<(), String> {
         let arguments =
             topology::inbox_arguments(self.settings.queue_type, topology::DEFAULT_MAX_LENGTH);
-        for (id, _) in self.courier.local_agents() {
+        for (id, _) in self.courier.agents().list() {
             if consumed.contains(&id) {
                 continue;
             }
@@ -520,19 +520,14 @@ impl Served<'_> {
 /// Puts `courier`'s local agents into this host's roster entry.
 pub fn announce(courier: &Courier, roster: &std::sync::Mutex<Roster>) {
     let agents = courier
-        .local_agents()
+        .agents()
+        .list()
         .into_iter()
         .map(|(id, agent)| wire::AgentEntry {
             id,
+            status: agent.status().to_string(),
             name: agent.name,
             profile: agent.profile,
-            status: agent.status.clone().unwrap_or_else(|| {
-                if agent.pane.is_some() {
-                    "ready".to_owned()
-                } else {
-                    "mailbox".to_owned()
-                }
-            }),
             since: agent.since_ms,
         })
         .collect();

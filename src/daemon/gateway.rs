@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
+use crate::agent::Owner;
 use crate::broker::deliver::Courier;
 use crate::broker::link::Recorder;
 use crate::daemon::policy::PolicyHandle;
@@ -41,7 +42,8 @@ impl Router for Gateway {
     fn open_agent(&self, name: &str) -> Result<Uuid, String> {
         let id = self
             .courier
-            .open_agent(name, "mailbox", None)
+            .agents()
+            .open_mailbox(name)
             .map_err(|e| e.to_string())?;
         crate::broker::link::announce(&self.courier, &self.roster);
         Ok(id)
@@ -55,7 +57,7 @@ impl Router for Gateway {
         // or recognises as a secret never reaches the state store, the broker or another host.
         let text = self.scrubber.scrub(&text);
         let me = self.courier.me();
-        let local = self.courier.local_agents().iter().any(|(id, _)| *id == to);
+        let local = self.courier.agents().contains(to);
         // The roster first; else where the agent was last placed (see `Courier::placed_at`).
         let located = match self.roster.lock().ok().and_then(|r| r.locate(to)) {
             Some(host) => {
@@ -121,7 +123,7 @@ impl Router for Gateway {
                 );
                 let request =
                     Request::from_value(&Value::Object(fields)).map_err(|e| e.to_string())?;
-                let (reply, name) = self.run_spawn(&request, None)?;
+                let (reply, name) = self.run_spawn(&request, None, Owner::Operator)?;
                 let mut answer = serde_json::to_value(&reply).unwrap_or(Value::Null);
                 if let Some(object) = answer.as_object_mut() {
                     object.remove("v");
@@ -142,14 +144,19 @@ impl Router for Gateway {
 }
 
 impl Gateway {
-    /// Runs the spawn pipeline for `request` (its origin already authenticated), registers and
-    /// announces a started agent, and audits the outcome. Returns the reply and, when started,
-    /// the agent's name. `message` is the spawn request's message id, when it came over the
-    /// broker.
+    /// Runs the spawn pipeline for `request` (its origin already authenticated) on behalf of
+    /// `owner`, registers and announces a started agent, and audits the outcome. Returns the
+    /// reply and, when started, the agent's name. `message` is the spawn request's message id,
+    /// when it came over the broker.
+    ///
+    /// A label another agent holds is refused before anything is launched (and checked again
+    /// when the agent is registered: a launch that lost the name meanwhile is closed); without
+    /// a label the agent is named `PROFILE-N` (N from its pane), made unique.
     pub fn run_spawn(
         &self,
         request: &Request,
         message: Option<Uuid>,
+        owner: Owner,
     ) -> Result<(SpawnReply, Option<String>), String> {
         let Some(spawner) = &self.spawner else {
             return Err(
@@ -172,7 +179,41 @@ impl Gateway {
             let _ = self.scrubber.register(&reference.to_string(), &value);
             Ok(value)
         };
-        let outcome = spawner.spawn(&policy, request, &resolve);
+        let agents = self.courier.agents();
+        let outcome = match &request.label {
+            Some(label) => match agents.may_take(label, &owner) {
+                Ok(()) => spawner.spawn(&policy, request, &resolve),
+                Err(error) => Outcome::Refused {
+                    rules: Vec::new(),
+                    reasons: vec![error.to_string()],
+                },
+            },
+            None => spawner.spawn(&policy, request, &resolve),
+        };
+        let outcome = match outcome {
+            Outcome::Started {
+                pane,
+                profile,
+                rules,
+            } => {
+                let name = request.label.clone().unwrap_or_else(|| {
+                    agents.free_name(&format!("{profile}-{}", pane.0.trim_start_matches('%')))
+                });
+                match agents.register(&name, &profile, &pane.0, owner.clone()) {
+                    Ok(id) => Registered::Started { id, name, rules },
+                    Err(error) => {
+                        // Another spawn took the name while this one waited for its gate.
+                        let _ = spawner.mux().close(&pane);
+                        Registered::Refused {
+                            rules,
+                            reasons: vec![error.to_string()],
+                        }
+                    }
+                }
+            }
+            Outcome::Refused { rules, reasons } => Registered::Refused { rules, reasons },
+            Outcome::Failed { reason } => Registered::Failed { reason },
+        };
         let mut reply = SpawnReply {
             v: crate::wire::VERSION,
             request: message.unwrap_or_default(),
@@ -183,19 +224,11 @@ impl Gateway {
         let mut name = None;
         let mut rules_decided = Vec::new();
         let event = match outcome {
-            Outcome::Started {
-                pane,
-                profile,
+            Registered::Started {
+                id,
+                name: agent_name,
                 rules,
             } => {
-                let agent_name = request
-                    .label
-                    .clone()
-                    .unwrap_or_else(|| format!("{profile}-{}", pane.0.trim_start_matches('%')));
-                let id = self
-                    .courier
-                    .open_agent(&agent_name, &profile, Some(&pane.0))
-                    .map_err(|e| e.to_string())?;
                 crate::broker::link::announce(&self.courier, &self.roster);
                 reply.outcome = SpawnOutcome::Started;
                 reply.agent = Some(id);
@@ -203,13 +236,13 @@ impl Gateway {
                 rules_decided = rules;
                 "spawn.started"
             }
-            Outcome::Refused { rules, reasons } => {
+            Registered::Refused { rules, reasons } => {
                 reply.outcome = SpawnOutcome::Refused;
                 reply.reasons = reasons;
                 rules_decided = rules;
                 "spawn.refused"
             }
-            Outcome::Failed { reason } => {
+            Registered::Failed { reason } => {
                 reply.reasons = vec![reason];
                 "spawn.failed"
             }
@@ -314,7 +347,14 @@ impl Gateway {
         for (held, body) in waiting {
             let request = checked_request(&held.origin, &body);
             let reply = match request {
-                Ok(request) => match self.run_spawn(&request, Some(held.id)) {
+                Ok(request) => match self.run_spawn(
+                    &request,
+                    Some(held.id),
+                    Owner::Peer {
+                        fleet: held.origin.fleet.clone(),
+                        host: held.origin.host.clone(),
+                    },
+                ) {
                     Ok((reply, _)) => reply,
                     Err(reason) => failed_reply(held.id, reason),
                 },
@@ -360,6 +400,22 @@ pub fn checked_request(
         fields.insert("label".to_owned(), json!(label));
     }
     Request::from_value(&Value::Object(fields))
+}
+
+/// A spawn's outcome once a started agent is registered under its name.
+enum Registered {
+    Started {
+        id: Uuid,
+        name: String,
+        rules: Vec<crate::policy::RuleId>,
+    },
+    Refused {
+        rules: Vec<crate::policy::RuleId>,
+        reasons: Vec<String>,
+    },
+    Failed {
+        reason: String,
+    },
 }
 
 fn failed_reply(request: Uuid, reason: String) -> SpawnReply {

@@ -19,6 +19,7 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 use uuid::Uuid;
 
+use crate::agent::Status;
 use crate::broker::deliver::{Courier, Held};
 use crate::broker::link::Recorder;
 use crate::pane::{Multiplexer, PaneId, PaneState};
@@ -98,7 +99,7 @@ fn inject_round(
     let mut clear: HashSet<Uuid> = HashSet::new();
     for message in held {
         let Some(agent) = message.to else { continue };
-        let Some(pane) = courier.pane_of(agent).map(PaneId) else {
+        let Some(pane) = courier.agents().pane_of(agent).map(PaneId) else {
             continue;
         };
         // Per agent, in order: once one message waits, the later ones wait behind it.
@@ -113,7 +114,7 @@ fn inject_round(
         if let Some(reason) = reason {
             stuck.insert(agent);
             // The roster says why its messages wait.
-            courier.set_status(agent, "blocked");
+            courier.agents().set_status(agent, Status::Blocked);
             if blocked.insert(message.id) {
                 warn!(msg.id = %message.id, agent.id = %agent, %reason, "message held: its pane agent is blocked");
                 record(vec![(
@@ -136,7 +137,7 @@ fn inject_round(
             }
         }
         blocked.remove(&message.id);
-        courier.set_status(agent, "ready");
+        courier.agents().set_status(agent, Status::Ready);
         match courier.injected(message.id) {
             Ok(_) => {
                 info!(msg.id = %message.id, agent.id = %agent, "message typed into its pane");

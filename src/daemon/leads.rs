@@ -13,6 +13,7 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use super::gateway::{Gateway, checked_request};
+use crate::agent::{Owner, Status};
 use crate::broker::link::backoff;
 use crate::config::Lead;
 use crate::pane::{PaneError, PaneId, PaneState};
@@ -62,7 +63,7 @@ fn check(gateway: &Gateway, lead: &Lead, watch: &mut Watch) {
         return;
     };
     let courier = &gateway.courier;
-    let registered = courier.agent_named(&lead.name);
+    let registered = courier.agents().named(&lead.name);
     let pane = registered
         .as_ref()
         .and_then(|(_, agent)| agent.pane.clone())
@@ -95,7 +96,7 @@ fn check(gateway: &Gateway, lead: &Lead, watch: &mut Watch) {
             "lead.down",
             json!({"lead": lead.name, "agent": id.to_string(), "reason": reason}),
         )]);
-        courier.set_status(*id, "down");
+        courier.agents().set_status(*id, Status::Down);
         watch.retry_at = Some(Instant::now() + backoff(watch.failures.max(1), BACKOFF_CAP));
     }
     if watch.retry_at.is_some_and(|at| Instant::now() < at) {
@@ -113,7 +114,7 @@ fn check(gateway: &Gateway, lead: &Lead, watch: &mut Watch) {
     };
     let outcome = checked_request(&courier.me(), &body)
         .map_err(|e| e.to_string())
-        .and_then(|request| gateway.run_spawn(&request, None));
+        .and_then(|request| gateway.run_spawn(&request, None, Owner::Lead));
     match outcome {
         Ok((reply, _)) if reply.outcome == SpawnOutcome::Started => {
             info!(lead = %lead.name, agent.id = ?reply.agent, restored = registered.is_some(), "lead running and ready");

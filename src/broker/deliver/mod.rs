@@ -11,8 +11,8 @@ mod pump;
 
 pub use pump::{Outlets, Pump};
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, RwLock};
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
@@ -22,6 +22,7 @@ use uuid::Uuid;
 
 use super::envelope::OutboxRecord;
 use super::topology::{CTL_EXCHANGE, INBOX_EXCHANGE, ingress_exchange};
+use crate::agent::Registry;
 use crate::state::{Incoming, StateError, StateStore, Taken};
 use crate::wire::{
     self, AgentMessage, DeliveryReceipt, DeliveryState, HostKey, Kind, Meta, Party, Payload,
@@ -35,24 +36,6 @@ const PUMP_ROUND: usize = 256;
 /// Most publishes awaiting the broker's confirm at once: a backlog (after an outage) goes out
 /// as a bounded stream, not all at once.
 pub const MAX_IN_FLIGHT: usize = 4 * PUMP_ROUND;
-
-/// A local agent whose messages are held for pulling.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LocalAgent {
-    /// Its name on this host (unique here).
-    pub name: String,
-    /// What it runs (`mailbox` for the primary).
-    pub profile: String,
-    /// Registered at, Unix milliseconds.
-    pub since_ms: i64,
-    /// Its pane on this host's multiplexer, if it runs in one (host-local, never announced).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pane: Option<String>,
-    /// What the roster says about it: `mailbox`, or for a pane agent `ready` (past its
-    /// readiness gate), `down` (its process ended) …
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub status: Option<String>,
-}
 
 /// A message held for a local agent, as `fleetd inbox pull` shows it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -101,11 +84,9 @@ pub struct Courier {
     vhost: String,
     key: Arc<HostKey>,
     state: Arc<StateStore>,
-    agents: RwLock<BTreeMap<Uuid, LocalAgent>>,
+    agents: Arc<Registry>,
     /// Woken when the outbox has something to publish.
     pub outbox_ready: Notify,
-    /// Woken when a local agent was added (its inbox must be declared and consumed).
-    pub agents_changed: Notify,
     /// Where agents were last placed (see [`Courier::placed_at`]).
     placements: std::sync::Mutex<HashMap<Uuid, (Party, std::time::Instant)>>,
 }
@@ -125,21 +106,15 @@ impl Courier {
         key: Arc<HostKey>,
         state: Arc<StateStore>,
     ) -> Result<Courier, StateError> {
-        let mut agents = BTreeMap::new();
-        for (id, bytes) in state.agents_list()? {
-            if let Ok(agent) = serde_json::from_slice::<LocalAgent>(&bytes) {
-                agents.insert(id, agent);
-            }
-        }
+        let agents = Arc::new(Registry::load(Arc::clone(&state))?);
         Ok(Courier {
             fleet: fleet.to_owned(),
             host: host.to_owned(),
             vhost: vhost.to_owned(),
             key,
             state,
-            agents: RwLock::new(agents),
+            agents,
             outbox_ready: Notify::new(),
-            agents_changed: Notify::new(),
             placements: std::sync::Mutex::new(HashMap::new()),
         })
     }
@@ -181,99 +156,17 @@ impl Courier {
         &self.state
     }
 
-    /// The local agent named `name`, registered (durably, with a new global id) if needed.
-    pub fn open_agent(
-        &self,
-        name: &str,
-        profile: &str,
-        pane: Option<&str>,
-    ) -> Result<Uuid, CourierError> {
-        if name.is_empty()
-            || name.len() > 64
-            || !name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-        {
-            return Err(CourierError::Invalid(
-                "an agent name is 1-64 of [A-Za-z0-9._-]".to_owned(),
-            ));
-        }
-        if let Some((id, mut agent)) = self
-            .local_agents()
-            .into_iter()
-            .find(|(_, a)| a.name == name)
-        {
-            // The same name keeps its global id; a relaunched agent gets its new pane.
-            if pane.is_some() && agent.pane.as_deref() != pane {
-                agent.pane = pane.map(str::to_owned);
-                agent.profile = profile.to_owned();
-                agent.status = None;
-                let bytes =
-                    serde_json::to_vec(&agent).map_err(|e| CourierError::Invalid(e.to_string()))?;
-                self.state.agent_put(id, &bytes)?;
-                if let Ok(mut agents) = self.agents.write() {
-                    agents.insert(id, agent);
-                }
-                self.agents_changed.notify_one();
-            }
-            return Ok(id);
-        }
-        let id = Uuid::now_v7();
-        let agent = LocalAgent {
-            name: name.to_owned(),
-            profile: profile.to_owned(),
-            since_ms: now_ms(),
-            pane: pane.map(str::to_owned),
-            status: None,
-        };
-        let bytes = serde_json::to_vec(&agent).map_err(|e| CourierError::Invalid(e.to_string()))?;
-        self.state.agent_put(id, &bytes)?;
-        if let Ok(mut agents) = self.agents.write() {
-            agents.insert(id, agent);
-        }
-        self.agents_changed.notify_one();
-        Ok(id)
-    }
-
-    /// The local agents, in id order.
-    pub fn local_agents(&self) -> Vec<(Uuid, LocalAgent)> {
-        self.agents
-            .read()
-            .map(|a| a.iter().map(|(id, a)| (*id, a.clone())).collect())
-            .unwrap_or_default()
+    /// The local agents (the registry's owner is the daemon; the courier only reads it).
+    pub fn agents(&self) -> &Arc<Registry> {
+        &self.agents
     }
 
     fn is_local(&self, id: Uuid) -> bool {
-        self.agents.read().is_ok_and(|a| a.contains_key(&id))
+        self.agents.contains(id)
     }
 
-    /// Sets what the roster says about local agent `id` (announced with the next beat).
-    pub fn set_status(&self, id: Uuid, status: &str) {
-        let changed = self.agents.write().is_ok_and(|mut agents| {
-            agents.get_mut(&id).is_some_and(|agent| {
-                let changed = agent.status.as_deref() != Some(status);
-                agent.status = Some(status.to_owned());
-                changed
-            })
-        });
-        if changed {
-            self.agents_changed.notify_one();
-        }
-    }
-
-    /// The local agent named `name`, if registered.
-    pub fn agent_named(&self, name: &str) -> Option<(Uuid, LocalAgent)> {
-        self.local_agents()
-            .into_iter()
-            .find(|(_, a)| a.name == name)
-    }
-
-    /// The pane of local agent `id`, if it runs in one.
-    pub fn pane_of(&self, id: Uuid) -> Option<String> {
-        self.agents
-            .read()
-            .ok()
-            .and_then(|a| a.get(&id).and_then(|agent| agent.pane.clone()))
+    fn pane_of(&self, id: Uuid) -> Option<String> {
+        self.agents.pane_of(id)
     }
 
     /// A held message was typed into its agent's pane: it leaves the held store and its sender

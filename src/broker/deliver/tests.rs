@@ -86,7 +86,7 @@ fn a_window_is_answered_with_one_receipt_per_sending_gateway() {
     pins.pin(FLEET, "a", *keys[0].public());
     pins.pin(FLEET, "b", *keys[1].public());
     let inbound = Inbound::new(FLEET, pins, 120_000, Arc::clone(&r.state));
-    let worker = r.courier.open_agent("worker", "mailbox", None).unwrap();
+    let worker = r.courier.agents().open_mailbox("worker").unwrap();
     let dest = Party {
         fleet: FLEET.to_owned(),
         host: String::new(),
@@ -154,7 +154,7 @@ fn a_receipt_moves_only_the_messages_sent_to_the_fleet_it_comes_from() {
     pins.pin(FLEET, "r", *keys[1].public());
     pins.pin("g", "x", *keys[2].public());
     let at_a = Inbound::new(FLEET, pins, 120_000, Arc::clone(&a.state));
-    let worker = r.courier.open_agent("worker", "mailbox", None).unwrap();
+    let worker = r.courier.agents().open_mailbox("worker").unwrap();
     let dest = Party {
         fleet: FLEET.to_owned(),
         host: String::new(),

@@ -1,0 +1,342 @@
+//! The local agents of this host: each one's global id, name, pane, typed status and who
+//! created it. The registry is their one owner: the API, the spawn path, the injector, the lead
+//! supervisor and the broker's courier ask it; records are kept in the state store so ids
+//! survive a restart.
+//!
+//! Identity rules (docs/threat-model.md, "Agents and fleetd"): a global id is minted when an
+//! agent is registered and never moves to another agent; a name is unique on the host, and a
+//! name held by one agent is never handed to another, whoever asks. The one re-pointing is the
+//! lead supervisor relaunching a lead it registered itself (the lead keeps its id in its new
+//! pane).
+//!
+//! Imports: `state` (the durable records). Never the broker, panes or the API.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::Notify;
+use uuid::Uuid;
+
+use crate::state::{StateError, StateStore};
+
+/// Longest agent name.
+pub const MAX_NAME: usize = 64;
+
+/// What the roster says about a local agent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// Its messages are held for pulling (the primary).
+    Mailbox,
+    /// Its pane agent passed its readiness gate and takes messages.
+    Ready,
+    /// Its pane agent waits for an answer; messages wait behind it.
+    Blocked,
+    /// Its process ended (a lead, until the supervisor restores it).
+    Down,
+}
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Status::Mailbox => "mailbox",
+            Status::Ready => "ready",
+            Status::Blocked => "blocked",
+            Status::Down => "down",
+        })
+    }
+}
+
+/// Who registered an agent, and so who may change it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase", tag = "by")]
+pub enum Owner {
+    /// The operator, through the local API (`agent open`, a local spawn). Records written before
+    /// owners were kept are the operator's: the most careful reading.
+    Operator,
+    /// The lead supervisor (`[[lead]]` in fleetd.toml).
+    Lead,
+    /// A spawn request from this gateway `host` of `fleet` (authenticated over the broker).
+    Peer {
+        /// Its fleet.
+        fleet: String,
+        /// Its host.
+        host: String,
+    },
+}
+
+impl std::fmt::Display for Owner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Owner::Operator => f.write_str("the operator"),
+            Owner::Lead => f.write_str("the lead supervisor"),
+            Owner::Peer { fleet, host } => write!(f, "`{fleet}/{host}`"),
+        }
+    }
+}
+
+/// One local agent.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LocalAgent {
+    /// Its name on this host (unique here).
+    pub name: String,
+    /// What it runs (`mailbox` for the primary).
+    pub profile: String,
+    /// Registered at, Unix milliseconds.
+    pub since_ms: i64,
+    /// Its pane on this host's multiplexer, if it runs in one (host-local, never announced).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pane: Option<String>,
+    /// What the roster says, once something said it (see [`LocalAgent::status`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<Status>,
+    /// Who registered it.
+    #[serde(default = "operator")]
+    pub owner: Owner,
+}
+
+fn operator() -> Owner {
+    Owner::Operator
+}
+
+impl LocalAgent {
+    /// Its roster status: the last one set, else `ready` for a pane agent (registered only once
+    /// past its readiness gate) and `mailbox` for the rest.
+    pub fn status(&self) -> Status {
+        self.status.unwrap_or(if self.pane.is_some() {
+            Status::Ready
+        } else {
+            Status::Mailbox
+        })
+    }
+}
+
+/// Why an agent could not be registered.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    /// The name is not 1–64 of `[A-Za-z0-9._-]`.
+    #[error("an agent name is 1-{MAX_NAME} of [A-Za-z0-9._-]")]
+    BadName,
+    /// Another agent holds the name.
+    #[error("the name `{name}` is held by agent {id} on this host (registered by {owner})")]
+    NameHeld {
+        /// The name.
+        name: String,
+        /// The agent holding it.
+        id: Uuid,
+        /// Who registered that agent.
+        owner: Owner,
+    },
+    /// The record could not be stored.
+    #[error(transparent)]
+    State(#[from] StateError),
+}
+
+/// The local agents of this host.
+pub struct Registry {
+    state: Arc<StateStore>,
+    agents: RwLock<BTreeMap<Uuid, LocalAgent>>,
+    /// Woken when an agent was added or its roster entry changed (its inbox must be declared
+    /// and consumed; the roster re-announced).
+    pub changed: Notify,
+}
+
+impl Registry {
+    /// The registry kept in `state`, with the agents registered before.
+    pub fn load(state: Arc<StateStore>) -> Result<Registry, StateError> {
+        let mut agents = BTreeMap::new();
+        for (id, bytes) in state.agents_list()? {
+            if let Ok(agent) = serde_json::from_slice::<LocalAgent>(&bytes) {
+                agents.insert(id, agent);
+            }
+        }
+        Ok(Registry {
+            state,
+            agents: RwLock::new(agents),
+            changed: Notify::new(),
+        })
+    }
+
+    /// The operator's mailbox named `name`: the agent already holding the name (its id is the
+    /// operator's to know), or a new mailbox with a new global id.
+    pub fn open_mailbox(&self, name: &str) -> Result<Uuid, RegistryError> {
+        valid_name(name)?;
+        let mut agents = self.write();
+        if let Some((id, _)) = agents.iter().find(|(_, a)| a.name == name) {
+            return Ok(*id);
+        }
+        let id = Uuid::now_v7();
+        let agent = LocalAgent {
+            name: name.to_owned(),
+            profile: "mailbox".to_owned(),
+            since_ms: now_ms(),
+            pane: None,
+            status: None,
+            owner: Owner::Operator,
+        };
+        self.store(&mut agents, id, agent)?;
+        Ok(id)
+    }
+
+    /// Whether `owner` may register a pane agent named `name` (checked before anything is
+    /// launched; [`Registry::register`] checks again).
+    pub fn may_take(&self, name: &str, owner: &Owner) -> Result<(), RegistryError> {
+        valid_name(name)?;
+        match self.read().iter().find(|(_, a)| a.name == name) {
+            Some((id, held)) if !relaunch(held, owner) => Err(held_error(*id, held)),
+            _ => Ok(()),
+        }
+    }
+
+    /// `base`, or `base-2`, `base-3` … : the first name no agent holds.
+    pub fn free_name(&self, base: &str) -> String {
+        let agents = self.read();
+        let taken = |name: &str| agents.values().any(|a| a.name == name);
+        let mut name = base.to_owned();
+        let mut n = 1u32;
+        while taken(&name) {
+            n = n.saturating_add(1);
+            name = format!("{base}-{n}");
+        }
+        name
+    }
+
+    /// Registers the agent running `profile` in `pane` as `name` for `owner`: a new global id,
+    /// or — for the lead supervisor relaunching its own lead — the lead's id in its new pane.
+    /// A name another agent holds is refused.
+    pub fn register(
+        &self,
+        name: &str,
+        profile: &str,
+        pane: &str,
+        owner: Owner,
+    ) -> Result<Uuid, RegistryError> {
+        valid_name(name)?;
+        let mut agents = self.write();
+        let held = agents
+            .iter()
+            .find(|(_, a)| a.name == name)
+            .map(|(id, a)| (*id, a.clone()));
+        let (id, since_ms) = match held {
+            Some((id, held)) if relaunch(&held, &owner) => (id, held.since_ms),
+            Some((id, held)) => return Err(held_error(id, &held)),
+            None => (Uuid::now_v7(), now_ms()),
+        };
+        let agent = LocalAgent {
+            name: name.to_owned(),
+            profile: profile.to_owned(),
+            since_ms,
+            pane: Some(pane.to_owned()),
+            status: None,
+            owner,
+        };
+        self.store(&mut agents, id, agent)?;
+        Ok(id)
+    }
+
+    /// Every local agent, in id order.
+    pub fn list(&self) -> Vec<(Uuid, LocalAgent)> {
+        self.read().iter().map(|(id, a)| (*id, a.clone())).collect()
+    }
+
+    /// Local agent `id`.
+    pub fn agent(&self, id: Uuid) -> Option<LocalAgent> {
+        self.read().get(&id).cloned()
+    }
+
+    /// Whether `id` is a local agent.
+    pub fn contains(&self, id: Uuid) -> bool {
+        self.read().contains_key(&id)
+    }
+
+    /// The local agent named `name`.
+    pub fn named(&self, name: &str) -> Option<(Uuid, LocalAgent)> {
+        self.read()
+            .iter()
+            .find(|(_, a)| a.name == name)
+            .map(|(id, a)| (*id, a.clone()))
+    }
+
+    /// The pane of local agent `id`, if it runs in one.
+    pub fn pane_of(&self, id: Uuid) -> Option<String> {
+        self.read().get(&id).and_then(|a| a.pane.clone())
+    }
+
+    /// Sets what the roster says about agent `id` (announced with the next beat; not stored:
+    /// a restarted daemon learns it again).
+    pub fn set_status(&self, id: Uuid, status: Status) {
+        let changed = self.write().get_mut(&id).is_some_and(|agent| {
+            let changed = agent.status != Some(status);
+            agent.status = Some(status);
+            changed
+        });
+        if changed {
+            self.changed.notify_one();
+        }
+    }
+
+    fn store(
+        &self,
+        agents: &mut BTreeMap<Uuid, LocalAgent>,
+        id: Uuid,
+        agent: LocalAgent,
+    ) -> Result<(), RegistryError> {
+        let bytes = serde_json::to_vec(&agent).map_err(|_| RegistryError::BadName)?;
+        self.state.agent_put(id, &bytes)?;
+        agents.insert(id, agent);
+        self.changed.notify_one();
+        Ok(())
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<Uuid, LocalAgent>> {
+        // A panic while holding the lock cannot leave a half-written map: every write is one
+        // insert or one field.
+        self.agents
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<Uuid, LocalAgent>> {
+        self.agents
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// Whether `owner` registering a pane agent under the name `held` has is the lead supervisor
+/// relaunching its own lead.
+fn relaunch(held: &LocalAgent, owner: &Owner) -> bool {
+    *owner == Owner::Lead && held.owner == Owner::Lead
+}
+
+fn held_error(id: Uuid, held: &LocalAgent) -> RegistryError {
+    RegistryError::NameHeld {
+        name: held.name.clone(),
+        id,
+        owner: held.owner.clone(),
+    }
+}
+
+fn valid_name(name: &str) -> Result<(), RegistryError> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_NAME
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+    if ok {
+        Ok(())
+    } else {
+        Err(RegistryError::BadName)
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+#[cfg(test)]
+mod tests;

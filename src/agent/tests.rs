@@ -1,0 +1,116 @@
+use std::path::Path;
+
+use super::*;
+use crate::state::Limits;
+
+fn registry(dir: &Path) -> Registry {
+    Registry::load(Arc::new(StateStore::open(dir, Limits::default()).unwrap())).unwrap()
+}
+
+fn peer(fleet: &str, host: &str) -> Owner {
+    Owner::Peer {
+        fleet: fleet.to_owned(),
+        host: host.to_owned(),
+    }
+}
+
+#[test]
+fn a_held_name_is_never_handed_to_another_agent_whoever_asks() {
+    let dir = tempfile::tempdir().unwrap();
+    let agents = registry(dir.path());
+    let primary = agents.open_mailbox("primary").unwrap();
+    let worker = agents
+        .register("w1", "worker", "%3", peer("b", "x"))
+        .unwrap();
+    for owner in [peer("b", "x"), peer("c", "y"), Owner::Operator, Owner::Lead] {
+        for (name, holder) in [("primary", primary), ("w1", worker)] {
+            assert!(
+                matches!(agents.may_take(name, &owner), Err(RegistryError::NameHeld { id, .. }) if id == holder),
+                "{owner} may not take `{name}`"
+            );
+            assert!(
+                matches!(agents.register(name, "evil", "%9", owner.clone()), Err(RegistryError::NameHeld { id, .. }) if id == holder),
+                "{owner} did not get `{name}`"
+            );
+        }
+    }
+    // The holders are unchanged: same pane (none for the mailbox), same profile.
+    assert_eq!(agents.pane_of(primary), None);
+    assert_eq!(agents.agent(worker).unwrap().pane.as_deref(), Some("%3"));
+    assert_eq!(agents.agent(worker).unwrap().profile, "worker");
+    // The operator's `agent open` of a held name tells the holder's id, and moves nothing.
+    assert_eq!(agents.open_mailbox("w1").unwrap(), worker);
+    assert_eq!(agents.agent(worker).unwrap().pane.as_deref(), Some("%3"));
+}
+
+#[test]
+fn each_registration_mints_a_new_id_and_only_a_lead_relaunch_keeps_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let agents = registry(dir.path());
+    let a = agents.register("a", "p", "%1", Owner::Operator).unwrap();
+    let b = agents.register("b", "p", "%2", Owner::Operator).unwrap();
+    assert_ne!(a, b);
+    let lead = agents.register("reviewer", "p", "%4", Owner::Lead).unwrap();
+    agents.set_status(lead, Status::Down);
+    let again = agents.register("reviewer", "p", "%5", Owner::Lead).unwrap();
+    assert_eq!(again, lead, "a relaunched lead keeps its id");
+    let relaunched = agents.agent(lead).unwrap();
+    assert_eq!(relaunched.pane.as_deref(), Some("%5"));
+    assert_eq!(
+        relaunched.status(),
+        Status::Ready,
+        "the new pane passed its gate"
+    );
+    // A lead name held by something else is not the supervisor's to take.
+    agents.open_mailbox("notes").unwrap();
+    assert!(agents.register("notes", "p", "%6", Owner::Lead).is_err());
+}
+
+#[test]
+fn free_names_count_up_and_bad_names_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let agents = registry(dir.path());
+    assert_eq!(agents.free_name("worker-3"), "worker-3");
+    agents
+        .register("worker-3", "p", "%3", Owner::Operator)
+        .unwrap();
+    agents
+        .register("worker-3-2", "p", "%4", Owner::Operator)
+        .unwrap();
+    assert_eq!(agents.free_name("worker-3"), "worker-3-3");
+    for bad in ["", "a b", "x;y", "ünï", &"n".repeat(MAX_NAME + 1)] {
+        assert!(
+            matches!(agents.open_mailbox(bad), Err(RegistryError::BadName)),
+            "{bad:?}"
+        );
+        assert!(matches!(
+            agents.may_take(bad, &Owner::Operator),
+            Err(RegistryError::BadName)
+        ));
+    }
+}
+
+#[test]
+fn agents_and_their_owners_survive_a_restart_and_old_records_are_the_operators() {
+    let dir = tempfile::tempdir().unwrap();
+    let (primary, worker) = {
+        let agents = registry(dir.path());
+        let primary = agents.open_mailbox("primary").unwrap();
+        let worker = agents
+            .register("w1", "worker", "%3", peer("b", "x"))
+            .unwrap();
+        (primary, worker)
+    };
+    let agents = registry(dir.path());
+    assert_eq!(agents.named("primary").unwrap().0, primary);
+    assert_eq!(agents.agent(worker).unwrap().owner, peer("b", "x"));
+    // A record written before owners were kept.
+    let old = br#"{"name":"old","profile":"p","since_ms":1,"pane":"%7","status":"ready"}"#;
+    let old_id = Uuid::now_v7();
+    let state = Arc::new(StateStore::open(&dir.path().join("old"), Limits::default()).unwrap());
+    state.agent_put(old_id, old).unwrap();
+    let agents = Registry::load(state).unwrap();
+    let record = agents.agent(old_id).unwrap();
+    assert_eq!(record.owner, Owner::Operator);
+    assert_eq!(record.status(), Status::Ready);
+}
