@@ -85,7 +85,7 @@ fn ready_watchdog_restart_and_stopping() {
         "no READY=1 within 20 s: {first:?}"
     );
     assert!(
-        ready.contains("STATUS=broker: not configured; roster: -; sandbox: full"),
+        ready.contains("STATUS=broker: not configured; roster: 1 hosts; sandbox: full"),
         "{ready}"
     );
     assert!(

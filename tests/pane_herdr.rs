@@ -378,7 +378,12 @@ fn the_spawn_gate_waits_for_herdrs_interactive_ready() {
         &json!({"origin": {"fleet": "f", "host": "h"}, "profile": "worker"}),
     )
     .unwrap();
-    let outcome = spawner.spawn(&policy, &request, &|_| Err("no secrets here".to_owned()));
+    let outcome = spawner.spawn(
+        &policy,
+        &request,
+        &|_| Err("no secrets here".to_owned()),
+        &[],
+    );
     assert!(
         matches!(outcome, fleetd::spawn::Outcome::Started { .. }),
         "{outcome:?}"

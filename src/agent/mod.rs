@@ -11,7 +11,9 @@
 //!
 //! Imports: `state` (the durable records). Never the broker, panes or the API.
 
-use std::collections::BTreeMap;
+pub mod token;
+
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -20,9 +22,12 @@ use tokio::sync::Notify;
 use uuid::Uuid;
 
 use crate::state::{StateError, StateStore};
+pub use token::{TokenError, TokenHash};
 
 /// Longest agent name.
 pub const MAX_NAME: usize = 64;
+/// Revoked tokens remembered for their reason (beyond that, they are just unknown).
+const MAX_REVOKED: usize = 4096;
 
 /// What the roster says about a local agent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -95,6 +100,26 @@ pub struct LocalAgent {
     /// Who registered it.
     #[serde(default = "operator")]
     pub owner: Owner,
+    /// The hash of its capability token, while it has one (a pane agent that runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<TokenHash>,
+}
+
+/// A pane agent to register once it passed its readiness gate.
+#[derive(Clone, Debug)]
+pub struct Registration {
+    /// Its global id, from [`Registry::reserve`].
+    pub id: Uuid,
+    /// Its name.
+    pub name: String,
+    /// Its profile.
+    pub profile: String,
+    /// Its pane.
+    pub pane: String,
+    /// Who asked for it.
+    pub owner: Owner,
+    /// The hash of the token its pane was given.
+    pub token: Option<TokenHash>,
 }
 
 fn operator() -> Owner {
@@ -129,6 +154,12 @@ pub enum RegistryError {
         /// Who registered that agent.
         owner: Owner,
     },
+    /// The launch never got an identity (named for the caller).
+    #[error("{0}")]
+    Refused(String),
+    /// The id is another agent's (a reservation that collided).
+    #[error("agent id {0} is taken")]
+    IdTaken(Uuid),
     /// The record could not be stored.
     #[error(transparent)]
     State(#[from] StateError),
@@ -138,6 +169,8 @@ pub enum RegistryError {
 pub struct Registry {
     state: Arc<StateStore>,
     agents: RwLock<BTreeMap<Uuid, LocalAgent>>,
+    /// Tokens revoked since start (hash → agent, why), to say why a refused token is refused.
+    revoked: std::sync::Mutex<HashMap<TokenHash, (Uuid, String)>>,
     /// Woken when an agent was added or its roster entry changed (its inbox must be declared
     /// and consumed; the roster re-announced).
     pub changed: Notify,
@@ -155,6 +188,7 @@ impl Registry {
         Ok(Registry {
             state,
             agents: RwLock::new(agents),
+            revoked: std::sync::Mutex::new(HashMap::new()),
             changed: Notify::new(),
         })
     }
@@ -175,19 +209,10 @@ impl Registry {
             pane: None,
             status: None,
             owner: Owner::Operator,
+            token: None,
         };
         self.store(&mut agents, id, agent)?;
         Ok(id)
-    }
-
-    /// Whether `owner` may register a pane agent named `name` (checked before anything is
-    /// launched; [`Registry::register`] checks again).
-    pub fn may_take(&self, name: &str, owner: &Owner) -> Result<(), RegistryError> {
-        valid_name(name)?;
-        match self.read().iter().find(|(_, a)| a.name == name) {
-            Some((id, held)) if !relaunch(held, owner) => Err(held_error(*id, held)),
-            _ => Ok(()),
-        }
     }
 
     /// `base`, or `base-2`, `base-3` … : the first name no agent holds.
@@ -203,37 +228,93 @@ impl Registry {
         name
     }
 
-    /// Registers the agent running `profile` in `pane` as `name` for `owner`: a new global id,
-    /// or — for the lead supervisor relaunching its own lead — the lead's id in its new pane.
-    /// A name another agent holds is refused.
-    pub fn register(
-        &self,
-        name: &str,
-        profile: &str,
-        pane: &str,
-        owner: Owner,
-    ) -> Result<Uuid, RegistryError> {
+    /// The global id a launch for `owner` named `label` (if it has one) will register under:
+    /// a new one, or — for the lead supervisor relaunching its own lead — the lead's. A label
+    /// another agent holds is refused. Nothing is stored: [`Registry::register`] checks again.
+    pub fn reserve(&self, label: Option<&str>, owner: &Owner) -> Result<Uuid, RegistryError> {
+        let Some(name) = label else {
+            return Ok(Uuid::now_v7());
+        };
         valid_name(name)?;
+        match self.read().iter().find(|(_, a)| a.name == name) {
+            Some((id, held)) if relaunch(held, owner) => Ok(*id),
+            Some((id, held)) => Err(held_error(*id, held)),
+            None => Ok(Uuid::now_v7()),
+        }
+    }
+
+    /// Registers a pane agent that passed its readiness gate. Its name must be free, or be the
+    /// lead's own name under the lead's own id; a name another agent took meanwhile is refused.
+    pub fn register(&self, agent: Registration) -> Result<Uuid, RegistryError> {
+        valid_name(&agent.name)?;
         let mut agents = self.write();
         let held = agents
             .iter()
-            .find(|(_, a)| a.name == name)
+            .find(|(_, a)| a.name == agent.name)
             .map(|(id, a)| (*id, a.clone()));
-        let (id, since_ms) = match held {
-            Some((id, held)) if relaunch(&held, &owner) => (id, held.since_ms),
+        let since_ms = match held {
+            Some((id, held)) if id == agent.id && relaunch(&held, &agent.owner) => held.since_ms,
             Some((id, held)) => return Err(held_error(id, &held)),
-            None => (Uuid::now_v7(), now_ms()),
+            None if agents.contains_key(&agent.id) => return Err(RegistryError::IdTaken(agent.id)),
+            None => now_ms(),
         };
-        let agent = LocalAgent {
-            name: name.to_owned(),
-            profile: profile.to_owned(),
+        let id = agent.id;
+        let record = LocalAgent {
+            name: agent.name,
+            profile: agent.profile,
             since_ms,
-            pane: Some(pane.to_owned()),
+            pane: Some(agent.pane),
             status: None,
-            owner,
+            owner: agent.owner,
+            token: agent.token,
         };
-        self.store(&mut agents, id, agent)?;
+        self.store(&mut agents, id, record)?;
         Ok(id)
+    }
+
+    /// The agent whose token `presented` is, while the token holds.
+    pub fn authenticate(
+        &self,
+        presented: &secrecy::SecretString,
+    ) -> Result<(Uuid, LocalAgent), TokenError> {
+        let hash = token::hash_of(presented)?;
+        if let Some((id, agent)) = self.read().iter().find(|(_, a)| a.token == Some(hash)) {
+            return Ok((*id, agent.clone()));
+        }
+        let revoked = self
+            .revoked
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match revoked.get(&hash) {
+            Some((agent, why)) => Err(TokenError::Revoked {
+                agent: *agent,
+                why: why.clone(),
+            }),
+            None => Err(TokenError::Unknown),
+        }
+    }
+
+    /// Ends agent `id`'s token (its process ended, its pane closed): later requests with it are
+    /// refused with `why`; the agent is `down` in the roster.
+    pub fn revoke(&self, id: Uuid, why: &str) -> Result<(), RegistryError> {
+        let mut agents = self.write();
+        let Some(mut agent) = agents.get(&id).cloned() else {
+            return Ok(());
+        };
+        let Some(hash) = agent.token.take() else {
+            return Ok(());
+        };
+        agent.status = Some(Status::Down);
+        self.store(&mut agents, id, agent)?;
+        let mut revoked = self
+            .revoked
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if revoked.len() >= MAX_REVOKED {
+            revoked.clear();
+        }
+        revoked.insert(hash, (id, why.to_owned()));
+        Ok(())
     }
 
     /// Every local agent, in id order.

@@ -3,7 +3,6 @@
 //! and pulls what is held for it. Every tool result passes through the scrubber before it
 //! reaches the primary.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use rmcp::handler::server::router::tool::ToolRouter;
@@ -11,8 +10,11 @@ use rmcp::handler::server::wrapper::Parameters;
 use rmcp::{ServerHandler, ServiceExt, tool, tool_handler, tool_router};
 use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
+use uuid::Uuid;
 
+use super::Client;
+use super::request::{Request, SpawnAsk};
 use crate::scrub::Scrubber;
 
 /// Longest an `inbox_pull` waits for a message.
@@ -21,8 +23,8 @@ const MAX_WAIT: Duration = Duration::from_secs(30);
 /// The primary's tools.
 #[derive(Clone)]
 pub struct PrimaryTools {
-    runtime_dir: PathBuf,
-    agent: String,
+    client: Client,
+    agent: Uuid,
     scrubber: Scrubber,
     tool_router: ToolRouter<Self>,
 }
@@ -71,10 +73,10 @@ pub struct IdParams {
 
 #[tool_router(router = tool_router)]
 impl PrimaryTools {
-    /// Tools for agent `agent` (global id) through the local API in `runtime_dir`.
-    pub fn new(runtime_dir: PathBuf, agent: String, scrubber: Scrubber) -> PrimaryTools {
+    /// Tools for agent `agent` (global id) through the local API `client` reaches.
+    pub fn new(client: Client, agent: Uuid, scrubber: Scrubber) -> PrimaryTools {
         PrimaryTools {
-            runtime_dir,
+            client,
             agent,
             scrubber,
             tool_router: Self::tool_router(),
@@ -84,45 +86,46 @@ impl PrimaryTools {
     /// The federated roster: every host heard from and its agents (ids, names, status).
     #[tool(name = "roster")]
     async fn roster(&self) -> Result<String, String> {
-        self.ask(json!({"op": "roster"})).await
+        self.ask(Request::Roster {}).await
     }
 
     /// Send a message to an agent by global id; returns the message id to follow with `delivery_status`.
     #[tool(name = "send")]
     async fn send(&self, Parameters(p): Parameters<SendParams>) -> Result<String, String> {
-        self.ask(json!({"op": "send", "to": p.to, "text": p.text, "from": self.agent}))
-            .await
+        self.ask(Request::Send {
+            to: message_or_agent_id(&p.to, "to")?,
+            text: p.text,
+            from: Some(self.agent),
+        })
+        .await
     }
 
     /// Launch a profile on a host (its policy decides); returns started with the agent id, or refused/failed with reasons.
     #[tool(name = "spawn")]
     async fn spawn(&self, Parameters(p): Parameters<SpawnParams>) -> Result<String, String> {
-        let mut request = serde_json::Map::new();
-        request.insert("op".to_owned(), json!("spawn"));
-        request.insert("profile".to_owned(), json!(p.profile));
-        request.insert("env".to_owned(), json!(p.env.unwrap_or_default()));
-        for (name, value) in [
-            ("host", p.host),
-            ("fleet", p.fleet),
-            ("cwd", p.cwd),
-            ("label", p.label),
-        ] {
-            if let Some(value) = value {
-                request.insert(name.to_owned(), json!(value));
-            }
-        }
-        self.ask(Value::Object(request)).await
+        self.ask(Request::Spawn(SpawnAsk {
+            profile: p.profile,
+            env: p.env.unwrap_or_default(),
+            cwd: p.cwd,
+            label: p.label,
+            host: p.host,
+            fleet: p.fleet,
+        }))
+        .await
     }
 
     /// Messages held for the primary, oldest first; they are offered again until `inbox_ack`.
     #[tool(name = "inbox_pull")]
     async fn inbox_pull(&self, Parameters(p): Parameters<PullParams>) -> Result<String, String> {
-        let limit = p.limit.unwrap_or(10).clamp(1, 100);
+        let limit = Some(p.limit.unwrap_or(10).clamp(1, 100));
         let wait = Duration::from_secs(p.wait_secs.unwrap_or(0)).min(MAX_WAIT);
         let deadline = Instant::now() + wait;
         loop {
             let reply = self
-                .request(json!({"op": "held.pull", "limit": limit, "agent": self.agent}))
+                .request(Request::HeldPull {
+                    limit,
+                    agent: Some(self.agent),
+                })
                 .await?;
             let empty = reply
                 .get("messages")
@@ -138,25 +141,33 @@ impl PrimaryTools {
     /// Acknowledge a held message: it is not offered again, and its sender learns it.
     #[tool(name = "inbox_ack")]
     async fn inbox_ack(&self, Parameters(p): Parameters<IdParams>) -> Result<String, String> {
-        self.ask(json!({"op": "held.ack", "id": p.id})).await
+        self.ask(Request::HeldAck {
+            id: message_or_agent_id(&p.id, "id")?,
+        })
+        .await
     }
 
     /// Where a sent message is: queued, delivered, acknowledged, or failed with the reason.
     #[tool(name = "delivery_status")]
     async fn delivery_status(&self, Parameters(p): Parameters<IdParams>) -> Result<String, String> {
-        self.ask(json!({"op": "delivery", "id": p.id})).await
+        self.ask(Request::Delivery {
+            id: message_or_agent_id(&p.id, "id")?,
+        })
+        .await
     }
 }
 
 impl PrimaryTools {
     /// One request to the daemon; its reply, or its error, scrubbed.
-    async fn ask(&self, request: Value) -> Result<String, String> {
+    async fn ask(&self, request: Request) -> Result<String, String> {
         let reply = self.request(request).await?;
         Ok(self.scrubbed(&reply))
     }
 
-    async fn request(&self, request: Value) -> Result<Value, String> {
-        let reply = super::request(&self.runtime_dir, &request)
+    async fn request(&self, request: Request) -> Result<Value, String> {
+        let reply = self
+            .client
+            .ask(&request)
             .await
             .map_err(|e| self.scrubber.scrub(&format!("cannot reach fleetd: {e}")))?;
         match reply.get("error").and_then(Value::as_str) {
@@ -168,6 +179,11 @@ impl PrimaryTools {
     fn scrubbed(&self, reply: &Value) -> String {
         self.scrubber.scrub(&reply.to_string())
     }
+}
+
+/// `text` as a global id (of an agent or a message), or the tool error saying which parameter.
+fn message_or_agent_id(text: &str, param: &str) -> Result<Uuid, String> {
+    Uuid::parse_str(text.trim()).map_err(|_| format!("`{param}` must be an id (a UUID)"))
 }
 
 #[tool_handler(router = self.tool_router)]
@@ -184,20 +200,34 @@ pub enum McpError {
     Session(String),
 }
 
-/// Serves MCP on stdin/stdout as agent `name` until the client goes away.
-pub async fn serve(runtime_dir: PathBuf, name: &str, scrubber: Scrubber) -> Result<(), McpError> {
-    let reply = super::request(&runtime_dir, &json!({"op": "agent.open", "name": name}))
-        .await
-        .map_err(|e| McpError::Register(e.to_string()))?;
-    let agent = match (reply.get("id").and_then(Value::as_str), reply.get("error")) {
-        (Some(id), _) => id.to_owned(),
-        (None, error) => {
-            return Err(McpError::Register(
-                error.map_or("no id".to_owned(), ToString::to_string),
-            ));
+/// Serves MCP on stdin/stdout until the client goes away: inside an agent's pane as that agent
+/// (its token), elsewhere as the operator's mailbox `name` (registered if needed).
+pub async fn serve(client: Client, name: &str, scrubber: Scrubber) -> Result<(), McpError> {
+    let agent = match client.agent() {
+        Some(agent) => agent,
+        None => {
+            let open = Request::AgentOpen {
+                name: name.to_owned(),
+            };
+            let reply = client
+                .ask(&open)
+                .await
+                .map_err(|e| McpError::Register(e.to_string()))?;
+            let id = reply
+                .get("id")
+                .and_then(Value::as_str)
+                .and_then(|id| Uuid::parse_str(id).ok());
+            match (id, reply.get("error")) {
+                (Some(id), _) => id,
+                (None, error) => {
+                    return Err(McpError::Register(
+                        error.map_or("no id".to_owned(), ToString::to_string),
+                    ));
+                }
+            }
         }
     };
-    let tools = PrimaryTools::new(runtime_dir, agent, scrubber);
+    let tools = PrimaryTools::new(client, agent, scrubber);
     let running = tools
         .serve(rmcp::transport::stdio())
         .await

@@ -7,6 +7,9 @@
 //! link status type).
 
 pub mod mcp;
+pub mod request;
+
+pub use request::{Call, Request};
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -134,15 +137,15 @@ async fn handle(stream: UnixStream, state: &ApiState) {
         Ok(_) if line.len() > MAX_REQUEST => {
             json!({"error": format!("request larger than {MAX_REQUEST} bytes")})
         }
-        Ok(_) => match serde_json::from_slice::<Value>(&line) {
+        Ok(_) => match Call::parse(&line) {
             // Answers may wait for the disk (a send is durable before it is acknowledged).
-            Ok(request) => {
+            Ok(call) => {
                 let state = state.clone();
-                tokio::task::spawn_blocking(move || answer(&request, &state))
+                tokio::task::spawn_blocking(move || answer(call, &state))
                     .await
                     .unwrap_or_else(|_| json!({"error": "the request failed"}))
             }
-            Err(_) => json!({"error": "request is not JSON"}),
+            Err(error) => json!({"error": error.to_string()}),
         },
         Err(_) => return,
     };
@@ -155,28 +158,133 @@ async fn handle(stream: UnixStream, state: &ApiState) {
     let _ = write.write_all(&bytes).await;
 }
 
-fn answer(request: &Value, state: &ApiState) -> Value {
-    match request.get("op").and_then(Value::as_str) {
-        Some("status") => json!({
+/// Who is asking.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Caller {
+    /// A peer of this uid without a token: the operator's API.
+    Operator,
+    /// The local agent whose capability token came with the request.
+    Agent(Uuid),
+}
+
+/// What `caller` may ask: the operator anything; an agent only to act as itself — send as
+/// itself, pull and acknowledge its own held messages, follow the messages it sent, read the
+/// roster. Returns the request as the agent may make it (its own id filled in), or why not.
+pub fn scope(caller: Caller, request: Request) -> Result<Request, String> {
+    let Caller::Agent(me) = caller else {
+        return Ok(request);
+    };
+    match request {
+        Request::Roster {} | Request::HeldAck { .. } | Request::Delivery { .. } => Ok(request),
+        Request::Send { to, text, from } => match from {
+            Some(from) if from != me => Err(format!(
+                "an agent sends as itself: `from` {from} is not {me}"
+            )),
+            _ => Ok(Request::Send {
+                to,
+                text,
+                from: Some(me),
+            }),
+        },
+        Request::HeldPull { limit, agent } => match agent {
+            Some(agent) if agent != me => Err(format!(
+                "an agent pulls only its own held messages, not {agent}'s"
+            )),
+            _ => Ok(Request::HeldPull {
+                limit,
+                agent: Some(me),
+            }),
+        },
+        Request::Status {} | Request::AgentOpen { .. } => Err(
+            "this operation is the operator's: an agent token allows send, held.pull, held.ack, delivery and roster"
+                .to_owned(),
+        ),
+        Request::Spawn(_) => Err(
+            "not yet supported: spawning with an agent token (a profile's `may_spawn`)"
+                .to_owned(),
+        ),
+    }
+}
+
+fn answer(call: Call, state: &ApiState) -> Value {
+    let op = call.request.op();
+    let caller = match (call.token, &state.router) {
+        (None, _) => Caller::Operator,
+        (Some(token), Some(router)) => match router.authenticate(&token) {
+            Ok(agent) => Caller::Agent(agent),
+            Err(error) => {
+                router.refused(None, op, &error.to_string());
+                return json!({"error": error.to_string()});
+            }
+        },
+        (Some(_), None) => return json!({"error": "fleetd is starting: the gateway is not up yet"}),
+    };
+    let request = match scope(caller, call.request) {
+        Ok(request) => request,
+        Err(reason) => {
+            let agent = match caller {
+                Caller::Agent(agent) => Some(agent),
+                Caller::Operator => None,
+            };
+            if let Some(router) = &state.router {
+                router.refused(agent, op, &reason);
+            }
+            return json!({"error": format!("refused: {reason}")});
+        }
+    };
+    // An agent acknowledges and follows only its own messages.
+    let only = match caller {
+        Caller::Agent(agent) => Some(agent),
+        Caller::Operator => None,
+    };
+    match request {
+        Request::Status {} => json!({
             "host": state.host,
             "broker": state.link.as_ref().map_or("broker: not configured (single-host mode)".to_owned(), |l| l.borrow().to_string()),
             "sandbox": state.sandbox,
         }),
-        Some("roster") => match &state.roster {
+        Request::Roster {} => match &state.roster {
             Some(roster) => match roster.lock() {
                 Ok(roster) => json!({"hosts": roster.view()}),
                 Err(_) => json!({"error": "roster unavailable"}),
             },
-            None => json!({"error": "no roster in single-host mode"}),
+            None => json!({"error": "no roster"}),
         },
-        Some(op @ ("agent.open" | "send" | "held.pull" | "held.ack" | "delivery" | "spawn")) => {
-            match &state.router {
-                Some(router) => routed(op, request, router.as_ref()),
-                None => json!({"error": "no routing in single-host mode (configure a broker)"}),
-            }
+        Request::AgentOpen { name } => via(state, |router| {
+            router
+                .open_agent(&name)
+                .map(|id| json!({"id": id.to_string()}))
+        }),
+        Request::Send { to, text, from } => via(state, |router| router.send(to, from, text)),
+        Request::HeldPull { limit, agent } => via(state, |router| {
+            router
+                .held(Request::pull_limit(limit), agent)
+                .map(|held| json!({"messages": held}))
+        }),
+        Request::HeldAck { id } => via(state, |router| {
+            router
+                .ack(id, only)
+                .map(|found| json!({"acknowledged": found}))
+        }),
+        Request::Delivery { id } => via(state, |router| {
+            router.delivery(id, only).map(|found| {
+                found.unwrap_or_else(|| json!({"error": format!("no delivery record for {id} (not sent from this host, or pruned)")}))
+            })
+        }),
+        Request::Spawn(ask) => via(state, |router| router.spawn(&ask)),
+    }
+}
+
+/// `op` carried out by the gateway: its result, or an `error`.
+fn via(
+    state: &ApiState,
+    op: impl FnOnce(&dyn Router) -> Result<Value, crate::route::RouterError>,
+) -> Value {
+    match &state.router {
+        Some(router) => {
+            op(router.as_ref()).unwrap_or_else(|error| json!({"error": error.to_string()}))
         }
-        Some(other) if other.len() <= 32 => json!({"error": format!("unknown op `{other}`")}),
-        _ => json!({"error": "missing or unknown `op`"}),
+        None => json!({"error": "fleetd is starting: the gateway is not up yet"}),
     }
 }
 
@@ -197,64 +305,68 @@ fn scrubbed(scrubber: &crate::scrub::Scrubber, value: Value) -> Value {
     }
 }
 
-/// The routing ops; each reply is JSON with the result or an `error`.
-fn routed(op: &str, request: &Value, router: &dyn Router) -> Value {
-    let id = |field: &str| {
-        request
-            .get(field)
-            .and_then(Value::as_str)
-            .and_then(|s| Uuid::parse_str(s).ok())
-    };
-    let result = match op {
-        "agent.open" => match request.get("name").and_then(Value::as_str) {
-            Some(name) => router.open_agent(name).map(|id| json!({"id": id.to_string()})),
-            None => Err("`name` is required".to_owned()),
-        },
-        "send" => match (id("to"), request.get("text").and_then(Value::as_str)) {
-            (Some(to), Some(text)) => router.send(to, id("from"), text.to_owned()),
-            _ => Err("`to` (an agent id) and `text` are required".to_owned()),
-        },
-        "held.pull" => {
-            let limit = request
-                .get("limit")
-                .and_then(Value::as_u64)
-                .map_or(10, |n| n.clamp(1, 100));
-            router
-                .held(usize::try_from(limit).unwrap_or(10), id("agent"))
-                .map(|held| json!({"messages": held}))
+/// An agent's global id, in its pane's environment.
+pub const ENV_AGENT_ID: &str = "FLEETD_AGENT_ID";
+/// The local API socket's path, in an agent's pane environment.
+pub const ENV_SOCKET: &str = "FLEETD_SOCKET";
+/// An agent's capability token, in its pane's environment.
+pub const ENV_AGENT_TOKEN: &str = "FLEETD_AGENT_TOKEN";
+
+/// How a client reaches the daemon, and as whom: inside an agent's pane, the socket and token
+/// fleetd gave the agent (`FLEETD_SOCKET`, `FLEETD_AGENT_TOKEN`); elsewhere the socket in the
+/// configured runtime directory, with the operator's authority.
+#[derive(Clone, Debug)]
+pub struct Client {
+    socket: PathBuf,
+    token: Option<secrecy::SecretString>,
+    agent: Option<Uuid>,
+}
+
+impl Client {
+    /// The client of the daemon whose runtime directory is `runtime_dir`, or of the one that
+    /// launched this process's agent.
+    pub fn from_env(runtime_dir: &Path) -> Client {
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        Client {
+            socket: var(ENV_SOCKET).map_or_else(|| runtime_dir.join(SOCKET), PathBuf::from),
+            token: var(ENV_AGENT_TOKEN).map(secrecy::SecretString::from),
+            agent: var(ENV_AGENT_ID).and_then(|id| Uuid::parse_str(&id).ok()),
         }
-        "held.ack" => match id("id") {
-            Some(message) => router.ack(message).map(|found| json!({"acknowledged": found})),
-            None => Err("`id` must be a message id".to_owned()),
-        },
-        "delivery" => match id("id") {
-            Some(message) => router.delivery(message).map(|found| match found {
-                Some(tracked) => tracked,
-                None => json!({"error": format!("no delivery record for {message} (not sent from this host, or pruned)")}),
-            }),
-            None => Err("`id` must be a message id".to_owned()),
-        },
-        "spawn" => {
-            let mut fields = request.clone();
-            if let Some(object) = fields.as_object_mut() {
-                object.remove("op");
-            }
-            router.spawn(&fields)
-        }
-        _ => Err(format!("unknown op `{op}`")),
-    };
-    result.unwrap_or_else(|error| json!({"error": error}))
+    }
+
+    /// The socket it talks to.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// The agent it acts as, when it runs in an agent's pane.
+    pub fn agent(&self) -> Option<Uuid> {
+        self.agent.filter(|_| self.token.is_some())
+    }
+
+    /// Sends `request` (with the agent's token, if any); the daemon's reply.
+    pub async fn ask(&self, request: &Request) -> std::io::Result<Value> {
+        call(
+            &self.socket,
+            &Call::new(request.clone(), self.token.clone()),
+        )
+        .await
+    }
 }
 
 /// Sends one request to the daemon's socket in `runtime_dir` and returns its reply.
-pub async fn request(runtime_dir: &Path, request: &Value) -> std::io::Result<Value> {
-    let mut stream = UnixStream::connect(runtime_dir.join(SOCKET)).await?;
-    let mut bytes = request.to_string().into_bytes();
-    bytes.push(b'\n');
-    stream.write_all(&bytes).await?;
+pub async fn request(runtime_dir: &Path, request: &Request) -> std::io::Result<Value> {
+    call(&runtime_dir.join(SOCKET), &Call::new(request.clone(), None)).await
+}
+
+/// Sends one call to the daemon's socket `socket` and returns its reply.
+pub async fn call(socket: &Path, call: &Call) -> std::io::Result<Value> {
+    let request = &call.request;
+    let mut stream = UnixStream::connect(socket).await?;
+    stream.write_all(&call.to_line()).await?;
     let mut line = Vec::new();
     let mut reader = BufReader::new(stream).take(16 * 1024 * 1024);
-    let wait = if request.get("op").and_then(Value::as_str) == Some("spawn") {
+    let wait = if matches!(request, Request::Spawn(_)) {
         LONGEST
     } else {
         TIMEOUT
@@ -264,4 +376,48 @@ pub async fn request(runtime_dir: &Path, request: &Value) -> std::io::Result<Val
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "no reply from fleetd"))??;
     serde_json::from_slice(&line)
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_agent_token_reaches_only_what_an_agent_may_do() {
+        let (me, other) = (Uuid::now_v7(), Uuid::now_v7());
+        let agent = Caller::Agent(me);
+        let send = |from| Request::Send {
+            to: other,
+            text: "t".to_owned(),
+            from,
+        };
+        let pull = |agent| Request::HeldPull { limit: None, agent };
+        // Filled in with its own id, or refused when it names another.
+        assert_eq!(scope(agent, send(None)), Ok(send(Some(me))));
+        assert_eq!(scope(agent, send(Some(me))), Ok(send(Some(me))));
+        assert!(scope(agent, send(Some(other))).is_err_and(|e| e.contains("sends as itself")));
+        assert_eq!(scope(agent, pull(None)), Ok(pull(Some(me))));
+        assert!(scope(agent, pull(Some(other))).is_err_and(|e| e.contains("its own held")));
+        // Passed through (the gateway scopes acknowledgements and deliveries to the agent).
+        for allowed in [
+            Request::Roster {},
+            Request::HeldAck { id: other },
+            Request::Delivery { id: other },
+        ] {
+            assert_eq!(scope(agent, allowed.clone()), Ok(allowed));
+        }
+        for refused in [
+            Request::Status {},
+            Request::AgentOpen {
+                name: "primary".to_owned(),
+            },
+            Request::Spawn(crate::route::SpawnAsk::default()),
+        ] {
+            assert!(scope(agent, refused.clone()).is_err(), "{refused:?}");
+        }
+        // The operator's requests are unchanged.
+        for request in [send(Some(other)), pull(Some(other)), Request::Status {}] {
+            assert_eq!(scope(Caller::Operator, request.clone()), Ok(request));
+        }
+    }
 }

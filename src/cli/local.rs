@@ -5,11 +5,13 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use clap::Subcommand;
-use serde_json::{Value, json};
+use serde_json::Value;
+use uuid::Uuid;
 
 use super::{Output, exit};
-use crate::api;
+use crate::api::{self, Request};
 use crate::config::Config;
+use crate::route::SpawnAsk;
 
 /// `fleetd inbox …`: messages held for the primary.
 #[derive(Debug, Subcommand)]
@@ -40,6 +42,16 @@ pub enum AgentCommand {
     },
 }
 
+/// `text` (the argument `what`) as a global id, or exit 2 after saying so.
+fn id_arg(text: &str, what: &str, out: &Output) -> Result<Uuid, ExitCode> {
+    Uuid::parse_str(text.trim()).map_err(|_| {
+        out.note(&format!(
+            "error: {what} must be an id (a UUID), not `{text}`"
+        ));
+        exit::code(exit::USAGE)
+    })
+}
+
 /// The config and a single-threaded runtime, or the exit code after reporting why not.
 fn config_and_runtime(
     config: Option<&Path>,
@@ -56,7 +68,7 @@ fn config_and_runtime(
 /// Sends `request` and prints the reply (JSON, or through `render`); exit 1 on an error reply.
 pub(super) fn ask(
     config: Option<&Path>,
-    request: Value,
+    request: Request,
     json_out: bool,
     out: &Output,
     render: fn(&Value) -> Vec<String>,
@@ -67,7 +79,7 @@ pub(super) fn ask(
 /// [`ask`], exiting 1 also when `ok` says the reply reports a failure.
 pub(super) fn ask_with(
     config: Option<&Path>,
-    request: Value,
+    request: Request,
     json_out: bool,
     out: &Output,
     render: fn(&Value) -> Vec<String>,
@@ -77,12 +89,13 @@ pub(super) fn ask_with(
         Ok(both) => both,
         Err(code) => return code,
     };
-    let reply = match runtime.block_on(api::request(&config.paths.runtime, &request)) {
+    let client = api::Client::from_env(&config.paths.runtime);
+    let reply = match runtime.block_on(client.ask(&request)) {
         Ok(reply) => reply,
         Err(error) => {
             out.note(&format!(
                 "error: cannot reach fleetd at `{}`: {error}\n  is `fleetd run` running as this user?",
-                config.paths.runtime.join(api::SOCKET).display()
+                client.socket().display()
             ));
             return exit::code(exit::FAILED);
         }
@@ -102,7 +115,7 @@ pub(super) fn ask_with(
 }
 
 pub(super) fn status(config: Option<&Path>, json_out: bool, out: &Output) -> ExitCode {
-    ask(config, json!({"op": "status"}), json_out, out, |reply| {
+    ask(config, Request::Status {}, json_out, out, |reply| {
         vec![
             format!("host: {}", reply["host"].as_str().unwrap_or("?")),
             reply["broker"].as_str().unwrap_or("broker: ?").to_owned(),
@@ -112,7 +125,7 @@ pub(super) fn status(config: Option<&Path>, json_out: bool, out: &Output) -> Exi
 }
 
 pub(super) fn roster(config: Option<&Path>, json_out: bool, out: &Output) -> ExitCode {
-    ask(config, json!({"op": "roster"}), json_out, out, |reply| {
+    ask(config, Request::Roster {}, json_out, out, |reply| {
         let mut lines = vec![format!(
             "{:<16} {:<20} {:<8} {}",
             "FLEET", "HOST", "STATE", "AGENTS"
@@ -161,7 +174,17 @@ pub(super) fn inbox(
     match command {
         InboxCommand::Pull { limit, agent } => ask(
             config,
-            json!({"op": "held.pull", "limit": limit, "agent": agent}),
+            Request::HeldPull {
+                limit: Some(*limit),
+                agent: match agent
+                    .as_deref()
+                    .map(|a| id_arg(a, "--agent", out))
+                    .transpose()
+                {
+                    Ok(agent) => agent,
+                    Err(code) => return code,
+                },
+            },
             json_out,
             out,
             |reply| {
@@ -199,7 +222,12 @@ pub(super) fn inbox(
         ),
         InboxCommand::Ack { id } => ask(
             config,
-            json!({"op": "held.ack", "id": id}),
+            Request::HeldAck {
+                id: match id_arg(id, "ID", out) {
+                    Ok(id) => id,
+                    Err(code) => return code,
+                },
+            },
             json_out,
             out,
             |reply| {
@@ -219,7 +247,18 @@ pub(super) fn send(
     json_out: bool,
     out: &Output,
 ) -> ExitCode {
-    let request = json!({"op": "send", "to": to, "text": text, "from": from});
+    let ids = (
+        id_arg(to, "AGENT", out),
+        from.map(|f| id_arg(f, "--from", out)).transpose(),
+    );
+    let (Ok(to), Ok(from)) = ids else {
+        return exit::code(exit::USAGE);
+    };
+    let request = Request::Send {
+        to,
+        text: text.to_owned(),
+        from,
+    };
     ask(config, request, json_out, out, |reply| {
         vec![format!(
             "{}  (route: {}; `fleetd delivery ID` follows it)",
@@ -230,26 +269,24 @@ pub(super) fn send(
 }
 
 pub(super) fn delivery(config: Option<&Path>, id: &str, json_out: bool, out: &Output) -> ExitCode {
-    ask(
-        config,
-        json!({"op": "delivery", "id": id}),
-        json_out,
-        out,
-        |reply| {
-            let mut line = reply["state"].as_str().unwrap_or("?").to_owned();
-            if reply["state"] == "queued" {
-                line.push_str(if reply["in_broker"] == true {
-                    " (in the broker)"
-                } else {
-                    " (in the outbox, waiting for the broker)"
-                });
-            }
-            if let Some(reason) = reply["reason"].as_str() {
-                line.push_str(&format!(": {reason}"));
-            }
-            vec![line]
-        },
-    )
+    let id = match id_arg(id, "ID", out) {
+        Ok(id) => id,
+        Err(code) => return code,
+    };
+    ask(config, Request::Delivery { id }, json_out, out, |reply| {
+        let mut line = reply["state"].as_str().unwrap_or("?").to_owned();
+        if reply["state"] == "queued" {
+            line.push_str(if reply["in_broker"] == true {
+                " (in the broker)"
+            } else {
+                " (in the outbox, waiting for the broker)"
+            });
+        }
+        if let Some(reason) = reply["reason"].as_str() {
+            line.push_str(&format!(": {reason}"));
+        }
+        vec![line]
+    })
 }
 
 pub(super) fn agent(
@@ -261,7 +298,7 @@ pub(super) fn agent(
     match command {
         AgentCommand::Open { name } => ask(
             config,
-            json!({"op": "agent.open", "name": name}),
+            Request::AgentOpen { name: name.clone() },
             json_out,
             out,
             |reply| vec![reply["id"].as_str().unwrap_or("?").to_owned()],
@@ -285,7 +322,7 @@ pub(super) fn spawn(
     json_out: bool,
     out: &Output,
 ) -> ExitCode {
-    let mut env = serde_json::Map::new();
+    let mut env = std::collections::BTreeMap::new();
     for pair in args.env {
         let Some((name, value)) = pair.split_once('=') else {
             out.note(&format!(
@@ -294,25 +331,16 @@ pub(super) fn spawn(
             ));
             return exit::code(exit::USAGE);
         };
-        env.insert(name.to_owned(), Value::String(value.to_owned()));
+        env.insert(name.to_owned(), value.to_owned());
     }
-    let mut fields = serde_json::Map::new();
-    fields.insert("op".to_owned(), json!("spawn"));
-    fields.insert("profile".to_owned(), json!(args.profile));
-    fields.insert("env".to_owned(), Value::Object(env));
-    if let Some(cwd) = args.cwd {
-        fields.insert("cwd".to_owned(), json!(cwd));
-    }
-    if let Some(label) = args.label {
-        fields.insert("label".to_owned(), json!(label));
-    }
-    if let Some(host) = args.host {
-        fields.insert("host".to_owned(), json!(host));
-    }
-    if let Some(fleet) = args.fleet {
-        fields.insert("fleet".to_owned(), json!(fleet));
-    }
-    let request = Value::Object(fields);
+    let request = Request::Spawn(SpawnAsk {
+        profile: args.profile.to_owned(),
+        env,
+        cwd: args.cwd.map(str::to_owned),
+        label: args.label.map(str::to_owned),
+        host: args.host.map(str::to_owned),
+        fleet: args.fleet.map(str::to_owned),
+    });
     ask_with(
         config,
         request,
@@ -349,7 +377,7 @@ pub(super) fn mcp(config: Option<&Path>, agent: &str, out: &Output) -> ExitCode 
     };
     // stdout carries the MCP session; diagnostics go to stderr.
     match runtime.block_on(api::mcp::serve(
-        config.paths.runtime,
+        api::Client::from_env(&config.paths.runtime),
         agent,
         out.scrubber().clone(),
     )) {

@@ -6,13 +6,15 @@ use std::sync::{Arc, Mutex};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::agent::Owner;
-use crate::broker::deliver::Courier;
+use crate::agent::{Owner, Registration, RegistryError};
+use crate::api::{ENV_AGENT_ID, ENV_AGENT_TOKEN, ENV_SOCKET};
+use crate::broker::deliver::{Courier, CourierError};
 use crate::broker::link::Recorder;
 use crate::daemon::policy::PolicyHandle;
+use crate::pane::{PaneError, PaneId, PaneState};
 use crate::policy::{Request, SecretRef};
 use crate::roster::Roster;
-use crate::route::{self, Route, Router};
+use crate::route::{self, Route, Router, RouterError, SpawnAsk};
 use crate::secret::{SecretName, lookup};
 use crate::spawn::{Outcome, Spawner};
 use crate::wire::{MAX_TEXT, Party};
@@ -33,25 +35,29 @@ pub struct Gateway {
     pub record: Recorder,
     /// Every output path's redactor: secrets resolved for panes are registered with it.
     pub scrubber: crate::scrub::Scrubber,
+    /// The local API socket (agents are told where it is).
+    pub socket: std::path::PathBuf,
     /// Secrets this daemon read from its environment at start (variable name → value), for
     /// profiles' `env:NAME` references.
     pub env_secrets: std::collections::BTreeMap<String, SecretString>,
 }
 
 impl Router for Gateway {
-    fn open_agent(&self, name: &str) -> Result<Uuid, String> {
+    fn open_agent(&self, name: &str) -> Result<Uuid, RouterError> {
         let id = self
             .courier
             .agents()
             .open_mailbox(name)
-            .map_err(|e| e.to_string())?;
+            .map_err(registry_error)?;
         crate::broker::link::announce(&self.courier, &self.roster);
         Ok(id)
     }
 
-    fn send(&self, to: Uuid, from: Option<Uuid>, text: String) -> Result<Value, String> {
+    fn send(&self, to: Uuid, from: Option<Uuid>, text: String) -> Result<Value, RouterError> {
         if text.len() > MAX_TEXT {
-            return Err(format!("message text longer than {MAX_TEXT} bytes"));
+            return Err(RouterError::Invalid(format!(
+                "message text longer than {MAX_TEXT} bytes"
+            )));
         }
         // An agent may paste anything (a `git remote -v`, an env dump): what this host knows
         // or recognises as a secret never reaches the state store, the broker or another host.
@@ -90,39 +96,83 @@ impl Router for Gateway {
                 (self.courier.send(dest, to, from, text), "foreign")
             }
         };
-        let id = id.map_err(|e| e.to_string())?;
+        let id = id.map_err(|error| match error {
+            CourierError::NoBroker => RouterError::NoBroker {
+                what: format!("agent {to} is not on this host"),
+            },
+            other => courier_error(other),
+        })?;
         Ok(json!({"id": id.to_string(), "route": route}))
     }
 
-    fn held(&self, limit: usize, to: Option<Uuid>) -> Result<Value, String> {
-        let held = self.courier.held(limit, to).map_err(|e| e.to_string())?;
+    fn held(&self, limit: usize, to: Option<Uuid>) -> Result<Value, RouterError> {
+        let held = self
+            .courier
+            .held(limit, to)
+            .map_err(|e| RouterError::Failed(e.to_string()))?;
         Ok(json!(held))
     }
 
-    fn ack(&self, id: Uuid) -> Result<bool, String> {
-        self.courier.ack(id).map_err(|e| e.to_string())
+    fn ack(&self, id: Uuid, only_for: Option<Uuid>) -> Result<bool, RouterError> {
+        self.courier.ack(id, only_for).map_err(courier_error)
     }
 
-    fn spawn(&self, request: &Value) -> Result<Value, String> {
+    fn authenticate(&self, token: &SecretString) -> Result<Uuid, RouterError> {
+        let agents = self.courier.agents();
+        let (id, agent) = agents
+            .authenticate(token)
+            .map_err(|e| RouterError::Refused(e.to_string()))?;
+        // A token dies with its agent: its pane is asked now, not at the next sweep.
+        let gone = match (&self.spawner, &agent.pane) {
+            (Some(spawner), Some(pane)) => match spawner.mux().state(&PaneId(pane.clone())) {
+                Ok(PaneState::Running) => None,
+                Ok(PaneState::Exited(status)) => {
+                    Some(format!("its process exited with status {status}"))
+                }
+                Err(PaneError::NoPane(_)) => Some("its pane is gone".to_owned()),
+                Err(error) => {
+                    return Err(RouterError::Failed(format!(
+                        "cannot check agent {id}'s pane: {error}"
+                    )));
+                }
+            },
+            _ => Some("it has no pane".to_owned()),
+        };
+        if let Some(why) = gone {
+            agents.revoke(id, &why).map_err(registry_error)?;
+            (self.record)(vec![(
+                "agent.revoked",
+                json!({"agent": id.to_string(), "reason": why}),
+            )]);
+            return Err(RouterError::Refused(format!(
+                "the agent token of {id} was revoked: {why}"
+            )));
+        }
+        Ok(id)
+    }
+
+    fn refused(&self, agent: Option<Uuid>, op: &str, reason: &str) {
+        (self.record)(vec![(
+            "api.refused",
+            json!({"agent": agent.map(|a| a.to_string()), "op": op, "reason": reason}),
+        )]);
+    }
+
+    fn spawn(&self, ask: &SpawnAsk) -> Result<Value, RouterError> {
         let me = self.courier.me();
-        let mut fields = request.as_object().cloned().unwrap_or_default();
-        let host = fields
-            .remove("host")
-            .and_then(|h| h.as_str().map(str::to_owned));
-        let fleet = fields
-            .remove("fleet")
-            .and_then(|f| f.as_str().map(str::to_owned));
-        match host {
-            Some(host) if host != me.host || fleet.as_ref().is_some_and(|f| *f != me.fleet) => {
-                self.spawn_remote(&host, fleet, &Value::Object(fields))
+        match &ask.host {
+            Some(host)
+                if *host != me.host || ask.fleet.as_ref().is_some_and(|f| *f != me.fleet) =>
+            {
+                if !self.courier.has_broker() {
+                    return Err(RouterError::NoBroker {
+                        what: format!("`{host}` is another host"),
+                    });
+                }
+                self.spawn_remote(host, ask.fleet.clone(), ask)
             }
             _ => {
-                fields.insert(
-                    "origin".to_owned(),
-                    json!({"fleet": me.fleet, "host": me.host}),
-                );
-                let request =
-                    Request::from_value(&Value::Object(fields)).map_err(|e| e.to_string())?;
+                let request = local_request(&me, ask)?;
                 let (reply, name) = self.run_spawn(&request, None, Owner::Operator)?;
                 let mut answer = serde_json::to_value(&reply).unwrap_or(Value::Null);
                 if let Some(object) = answer.as_object_mut() {
@@ -137,8 +187,12 @@ impl Router for Gateway {
         }
     }
 
-    fn delivery(&self, id: Uuid) -> Result<Option<Value>, String> {
-        let tracked = self.courier.delivery(id).map_err(|e| e.to_string())?;
+    fn delivery(&self, id: Uuid, sent_by: Option<Uuid>) -> Result<Option<Value>, RouterError> {
+        let tracked = self
+            .courier
+            .delivery(id)
+            .map_err(|e| RouterError::Failed(e.to_string()))?
+            .filter(|t| sent_by.is_none() || t.from == sent_by);
         Ok(tracked.map(|t| json!(t)))
     }
 }
@@ -157,12 +211,12 @@ impl Gateway {
         request: &Request,
         message: Option<Uuid>,
         owner: Owner,
-    ) -> Result<(SpawnReply, Option<String>), String> {
+    ) -> Result<(SpawnReply, Option<String>), RouterError> {
         let Some(spawner) = &self.spawner else {
-            return Err(
+            return Err(RouterError::Failed(
                 "no multiplexer: herdr was not reachable when fleetd started (see its log)"
                     .to_owned(),
-            );
+            ));
         };
         let policy = self.policy.current();
         let resolve = |reference: &SecretRef| {
@@ -180,15 +234,37 @@ impl Gateway {
             Ok(value)
         };
         let agents = self.courier.agents();
-        let outcome = match &request.label {
-            Some(label) => match agents.may_take(label, &owner) {
-                Ok(()) => spawner.spawn(&policy, request, &resolve),
-                Err(error) => Outcome::Refused {
-                    rules: Vec::new(),
-                    reasons: vec![error.to_string()],
-                },
+        // The agent's identity exists before its pane: its id and token go into the pane's
+        // environment, and are registered once it passed its gate.
+        let identity = agents
+            .reserve(request.label.as_deref(), &owner)
+            .map_err(|error| error.to_string())
+            .and_then(|id| {
+                let (token, hash) = crate::agent::token::mint()
+                    .map_err(|e| format!("cannot mint the agent's token: {e}"))?;
+                // No log line, audit record, reply or typed text can carry it from now on.
+                let _ = self.scrubber.register(ENV_AGENT_TOKEN, &token);
+                Ok((id, token, hash))
+            });
+        let outcome = match &identity {
+            Ok((id, token, _)) => {
+                let id_text = SecretString::from(id.to_string());
+                let socket = SecretString::from(self.socket.display().to_string());
+                spawner.spawn(
+                    &policy,
+                    request,
+                    &resolve,
+                    &[
+                        (ENV_AGENT_ID, &id_text),
+                        (ENV_SOCKET, &socket),
+                        (ENV_AGENT_TOKEN, token),
+                    ],
+                )
+            }
+            Err(reason) => Outcome::Refused {
+                rules: Vec::new(),
+                reasons: vec![reason.clone()],
             },
-            None => spawner.spawn(&policy, request, &resolve),
         };
         let outcome = match outcome {
             Outcome::Started {
@@ -199,7 +275,20 @@ impl Gateway {
                 let name = request.label.clone().unwrap_or_else(|| {
                     agents.free_name(&format!("{profile}-{}", pane.0.trim_start_matches('%')))
                 });
-                match agents.register(&name, &profile, &pane.0, owner.clone()) {
+                let registered =
+                    identity
+                        .map_err(RegistryError::Refused)
+                        .and_then(|(id, _, hash)| {
+                            agents.register(Registration {
+                                id,
+                                name: name.clone(),
+                                profile: profile.clone(),
+                                pane: pane.0.clone(),
+                                owner: owner.clone(),
+                                token: Some(hash),
+                            })
+                        });
+                match registered {
                     Ok(id) => Registered::Started { id, name, rules },
                     Err(error) => {
                         // Another spawn took the name while this one waited for its gate.
@@ -269,8 +358,8 @@ impl Gateway {
         &self,
         host: &str,
         fleet: Option<String>,
-        fields: &Value,
-    ) -> Result<Value, String> {
+        ask: &SpawnAsk,
+    ) -> Result<Value, RouterError> {
         let fleet = match fleet {
             Some(fleet) => fleet,
             None => {
@@ -284,26 +373,25 @@ impl Gateway {
                 match fleets.as_slice() {
                     [one] => one.clone(),
                     [] => {
-                        return Err(format!(
+                        return Err(RouterError::Invalid(format!(
                             "host `{host}` is not in the roster (give `--fleet`)"
-                        ));
+                        )));
                     }
                     _ => {
-                        return Err(format!(
+                        return Err(RouterError::Invalid(format!(
                             "host `{host}` is in several fleets: give `--fleet`"
-                        ));
+                        )));
                     }
                 }
             }
         };
-        let request: SpawnRequest = serde_json::from_value(json!({
-            "v": crate::wire::VERSION,
-            "profile": fields.get("profile").cloned().unwrap_or(Value::Null),
-            "env": fields.get("env").cloned().unwrap_or_else(|| json!({})),
-            "cwd": fields.get("cwd").cloned(),
-            "label": fields.get("label").cloned(),
-        }))
-        .map_err(|e| format!("spawn request: {e}"))?;
+        let request = SpawnRequest {
+            v: crate::wire::VERSION,
+            profile: ask.profile.clone(),
+            env: ask.env.clone(),
+            cwd: ask.cwd.clone(),
+            label: ask.label.clone(),
+        };
         let id = self
             .courier
             .request_spawn(
@@ -313,14 +401,10 @@ impl Gateway {
                 },
                 request,
             )
-            .map_err(|e| e.to_string())?;
+            .map_err(courier_error)?;
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(290);
         loop {
-            if let Some((_, reply)) = self
-                .courier
-                .take_spawn_reply(id)
-                .map_err(|e| e.to_string())?
-            {
+            if let Some((_, reply)) = self.courier.take_spawn_reply(id).map_err(courier_error)? {
                 return Ok(json!({
                     "outcome": reply.outcome,
                     "agent": reply.agent.map(|a| a.to_string()),
@@ -331,9 +415,9 @@ impl Gateway {
                 }));
             }
             if std::time::Instant::now() > deadline {
-                return Err(format!(
+                return Err(RouterError::Failed(format!(
                     "no reply from `{host}` to spawn request {id}; it may still answer (`fleetd inbox pull`)"
-                ));
+                )));
             }
             std::thread::sleep(std::time::Duration::from_millis(200));
         }
@@ -356,7 +440,7 @@ impl Gateway {
                     },
                 ) {
                     Ok((reply, _)) => reply,
-                    Err(reason) => failed_reply(held.id, reason),
+                    Err(reason) => failed_reply(held.id, reason.to_string()),
                 },
                 Err(error) => {
                     let reply = SpawnReply {
@@ -400,6 +484,41 @@ pub fn checked_request(
         fields.insert("label".to_owned(), json!(label));
     }
     Request::from_value(&Value::Object(fields))
+}
+
+/// The policy request for a spawn asked on this host: its origin is this host.
+fn local_request(me: &Party, ask: &SpawnAsk) -> Result<Request, RouterError> {
+    let mut fields = serde_json::Map::new();
+    fields.insert(
+        "origin".to_owned(),
+        json!({"fleet": me.fleet, "host": me.host}),
+    );
+    fields.insert("profile".to_owned(), json!(ask.profile));
+    fields.insert("env".to_owned(), json!(ask.env));
+    if let Some(cwd) = &ask.cwd {
+        fields.insert("cwd".to_owned(), json!(cwd));
+    }
+    if let Some(label) = &ask.label {
+        fields.insert("label".to_owned(), json!(label));
+    }
+    Request::from_value(&Value::Object(fields)).map_err(|e| RouterError::Invalid(e.to_string()))
+}
+
+fn courier_error(error: CourierError) -> RouterError {
+    match error {
+        CourierError::Invalid(reason) => RouterError::Invalid(reason),
+        CourierError::NoBroker => RouterError::NoBroker {
+            what: "this needs another host".to_owned(),
+        },
+        CourierError::State(error) => RouterError::Failed(error.to_string()),
+    }
+}
+
+fn registry_error(error: RegistryError) -> RouterError {
+    match error {
+        RegistryError::State(error) => RouterError::Failed(error.to_string()),
+        other => RouterError::Invalid(other.to_string()),
+    }
 }
 
 /// A spawn's outcome once a started agent is registered under its name.

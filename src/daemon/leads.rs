@@ -114,7 +114,11 @@ fn check(gateway: &Gateway, lead: &Lead, watch: &mut Watch) {
     };
     let outcome = checked_request(&courier.me(), &body)
         .map_err(|e| e.to_string())
-        .and_then(|request| gateway.run_spawn(&request, None, Owner::Lead));
+        .and_then(|request| {
+            gateway
+                .run_spawn(&request, None, Owner::Lead)
+                .map_err(|e| e.to_string())
+        });
     match outcome {
         Ok((reply, _)) if reply.outcome == SpawnOutcome::Started => {
             info!(lead = %lead.name, agent.id = ?reply.agent, restored = registered.is_some(), "lead running and ready");

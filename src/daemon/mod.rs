@@ -1,10 +1,11 @@
 //! The daemon: what `fleetd run` does once config is loaded, secrets resolved and logging set up.
 //!
-//! With a broker secret it keeps a link to the broker (reconnecting with jittered backoff;
-//! routing and the roster arrive with the rest of issue 4); without one it runs single-host. It
-//! loads its spawn policy (reloaded on SIGHUP), reports what it runs and waits for SIGTERM or
-//! SIGINT, then stops its tasks within a grace period. Panes and the local API join this wiring
-//! in their own issues.
+//! The local side always runs: the state store, the audit log, the registry of local agents,
+//! the spawn pipeline over the multiplexer, the injector, the lead supervisor and the local API.
+//! With a broker secret the fabric joins it — the host key, the envelope checks and the link to
+//! the broker (reconnecting with jittered backoff), the roster of peers and remote spawns;
+//! without one the host runs single-host and nothing leaves it. The spawn policy is reloaded on
+//! SIGHUP; SIGTERM or SIGINT stop the tasks within a grace period.
 //!
 //! Imports: everything below `cli`.
 
@@ -90,123 +91,77 @@ pub async fn run(
         ..ApiState::default()
     };
     let broker = secrets.iter().find(|s| s.name.as_str() == BROKER_URI);
+    // The local side stands on its own: agents, local sends, held messages, spawning, leads and
+    // the audit log work with or without a broker.
+    let state = Arc::new(
+        StateStore::open(&config.paths.state, Limits::default()).map_err(RunError::State)?,
+    );
+    let audit =
+        Arc::new(Audit::open(&config.paths.state, scrubber.clone()).map_err(RunError::Audit)?);
+    let fabric = match broker {
+        Some(secret) => Some(Fabric::new(&config, &secrets, secret, &state)?),
+        None => {
+            info!("no broker configured: single-host mode (local agents only)");
+            None
+        }
+    };
+    let courier = match &fabric {
+        Some(fabric) => Arc::clone(&fabric.courier),
+        None => Arc::new(
+            Courier::single_host(
+                config.fleet.as_deref().unwrap_or(SINGLE_HOST_FLEET),
+                &config.host,
+                Arc::clone(&state),
+            )
+            .map_err(RunError::State)?,
+        ),
+    };
+    let roster = Arc::new(std::sync::Mutex::new(Roster::new(
+        HostId {
+            fleet: courier.me().fleet,
+            host: config.host.clone(),
+        },
+        config.roster,
+    )));
+    link::announce(&courier, &roster);
+    tasks.spawn(keep_roster(Arc::clone(&roster), stopped.clone()));
+    api_state.roster = Some(Arc::clone(&roster));
+    let spawner = spawner(&config);
+    if let Some(spawner) = &spawner {
+        tasks.spawn(inject::run(
+            Arc::clone(&courier),
+            Arc::clone(spawner.mux()),
+            scrubber.clone(),
+            recorder(Arc::clone(&audit)),
+            stopped.clone(),
+        ));
+    }
+    let gateway = Arc::new(gateway::Gateway {
+        courier: Arc::clone(&courier),
+        roster: Arc::clone(&roster),
+        spawner,
+        policy: policy.clone(),
+        record: recorder(Arc::clone(&audit)),
+        scrubber: scrubber.clone(),
+        socket: config.paths.runtime.join(api::SOCKET),
+        env_secrets: secrets
+            .iter()
+            .filter_map(|s| match &s.source {
+                crate::secret::Source::Env(var) => Some((var.clone(), s.value.clone())),
+                _ => None,
+            })
+            .collect(),
+    });
+    tasks.spawn(leads::supervise(
+        Arc::clone(&gateway),
+        config.leads.clone(),
+        stopped.clone(),
+    ));
     // The link's audit writer, finished (everything it was given on disk) before the exit.
     let mut link_audit = None;
-    let link_status = match broker {
-        Some(secret) => {
-            let mut uri = BrokerUri::parse(&secret.value).map_err(RunError::BrokerUri)?;
-            crate::broker::pin_ca(&mut uri, config.broker.ca_file.as_deref())
-                .map_err(RunError::CaFile)?;
-            info!(
-                broker.host = %uri.host,
-                broker.port = uri.port,
-                broker.vhost = %uri.vhost,
-                "connecting to the broker (routing and roster arrive with the rest of issue 4)"
-            );
-            let fleet = config.fleet.clone().ok_or(RunError::NoFleet)?;
-            let key = secrets
-                .iter()
-                .find(|s| s.name.as_str() == HOST_KEY)
-                .ok_or(RunError::NoHostKey)
-                .and_then(|s| HostKey::from_secret(&s.value).map_err(RunError::HostKey))?;
-            info!(key.id = %key.public().key_id(), "host key loaded");
-            let state = StateStore::open(&config.paths.state, Limits::default())
-                .map_err(RunError::State)?;
-            let skew_ms = i64::try_from(config.broker.skew.as_millis()).unwrap_or(i64::MAX);
-            let state = Arc::new(state);
-            let audit = Arc::new(
-                Audit::open(&config.paths.state, scrubber.clone()).map_err(RunError::Audit)?,
-            );
-            let key = Arc::new(key);
-            let courier = Arc::new(
-                Courier::new(
-                    &fleet,
-                    &config.host,
-                    &uri.vhost,
-                    Arc::clone(&key),
-                    Arc::clone(&state),
-                )
-                .map_err(RunError::State)?,
-            );
-            // This host's own beats come back through the roster queue: its key is pinned too.
-            let mut pins = config.peers.clone();
-            pins.pin(&fleet, &config.host, *key.public());
-            let inbound = Arc::new(Inbound::new(&fleet, pins, skew_ms, state));
-            let settings = LinkSettings {
-                host: config.host.clone(),
-                backoff_cap: config.broker.backoff_cap,
-                queue_type: config.broker.queue_type,
-                admit: config.broker.admit.clone(),
-                beat_to: config
-                    .peers
-                    .fleets()
-                    .into_iter()
-                    .filter(|f| *f != fleet)
-                    .map(str::to_owned)
-                    .collect(),
-            };
-            let roster = Arc::new(std::sync::Mutex::new(Roster::new(
-                HostId {
-                    fleet: fleet.clone(),
-                    host: config.host.clone(),
-                },
-                config.roster,
-            )));
-            link::announce(&courier, &roster);
-            tasks.spawn(keep_roster(Arc::clone(&roster), stopped.clone()));
-            api_state.roster = Some(Arc::clone(&roster));
-            let spawner = match config.multiplexer {
-                crate::config::Multiplexer::Tmux => Some(Arc::new(Spawner::new(Arc::new(
-                    Tmux::new(tmux_socket(&config.tmux_socket), "fleetd"),
-                )))),
-                crate::config::Multiplexer::Herdr => {
-                    let opened = crate::pane::herdr::socket_path()
-                        .ok_or_else(|| {
-                            "no herdr socket path (set HERDR_SOCKET_PATH or HOME)".to_owned()
-                        })
-                        .and_then(|path| {
-                            crate::pane::herdr::Herdr::open(&path).map_err(|e| e.to_string())
-                        });
-                    match opened {
-                        Ok(herdr) => Some(Arc::new(Spawner::new(Arc::new(herdr)))),
-                        Err(reason) => {
-                            warn!(%reason, "herdr is not reachable: spawning is off until fleetd restarts");
-                            None
-                        }
-                    }
-                }
-            };
-            if let Some(spawner) = &spawner {
-                tasks.spawn(inject::run(
-                    Arc::clone(&courier),
-                    Arc::clone(spawner.mux()),
-                    scrubber.clone(),
-                    recorder(Arc::clone(&audit)),
-                    stopped.clone(),
-                ));
-            }
-            let gateway = Arc::new(gateway::Gateway {
-                courier: Arc::clone(&courier),
-                roster: Arc::clone(&roster),
-                spawner,
-                policy: policy.clone(),
-                record: recorder(Arc::clone(&audit)),
-                scrubber: scrubber.clone(),
-                env_secrets: secrets
-                    .iter()
-                    .filter_map(|s| match &s.source {
-                        crate::secret::Source::Env(var) => Some((var.clone(), s.value.clone())),
-                        _ => None,
-                    })
-                    .collect(),
-            });
+    let link_status = match fabric {
+        Some(fabric) => {
             tasks.spawn(gateway::serve_spawns(Arc::clone(&gateway), stopped.clone()));
-            tasks.spawn(leads::supervise(
-                Arc::clone(&gateway),
-                config.leads.clone(),
-                stopped.clone(),
-            ));
-            api_state.router = Some(gateway);
             // The link records a window's decisions after acknowledging it; its next window
             // does not wait for the audit's disk sync.
             let writer = Background::start(Arc::clone(&audit), |error| {
@@ -222,8 +177,8 @@ pub async fn run(
             link_audit = Some(Arc::clone(&writer));
             let presence = Arc::new(Presence {
                 roster,
-                key,
-                fleet: fleet.clone(),
+                key: fabric.key,
+                fleet: courier.me().fleet,
                 beat_ttl: config.roster.suspect_after,
                 last_beat: std::sync::Mutex::new(None),
                 record: background_recorder(writer),
@@ -231,9 +186,9 @@ pub async fn run(
             let (status, receiver) = watch::channel(LinkStatus::Starting);
             api_state.link = Some(receiver.clone());
             tasks.spawn(link::supervise(
-                uri,
-                settings,
-                inbound,
+                fabric.uri,
+                fabric.settings,
+                fabric.inbound,
                 presence,
                 courier,
                 status,
@@ -241,11 +196,9 @@ pub async fn run(
             ));
             Some(receiver)
         }
-        None => {
-            info!("no broker configured: single-host mode");
-            None
-        }
+        None => None,
     };
+    api_state.router = Some(gateway);
     let (dumpable, core_limit) = hardening_state();
     info!(
         process.dumpable = dumpable,
@@ -318,6 +271,105 @@ pub async fn run(
     }
     info!("fleetd stopped");
     Ok(())
+}
+
+/// The fleet name a host without `fleet` and without a broker shows in its roster and on its
+/// held messages (nothing leaves the host, so it names no vhost).
+pub const SINGLE_HOST_FLEET: &str = "local";
+
+/// What a host with a broker adds to the local side: the courier with its key, the envelope
+/// checks and the link's settings.
+struct Fabric {
+    courier: Arc<Courier>,
+    key: Arc<HostKey>,
+    uri: BrokerUri,
+    settings: LinkSettings,
+    inbound: Arc<Inbound>,
+}
+
+impl Fabric {
+    fn new(
+        config: &Config,
+        secrets: &[Resolved],
+        secret: &Resolved,
+        state: &Arc<StateStore>,
+    ) -> Result<Fabric, RunError> {
+        let mut uri = BrokerUri::parse(&secret.value).map_err(RunError::BrokerUri)?;
+        crate::broker::pin_ca(&mut uri, config.broker.ca_file.as_deref())
+            .map_err(RunError::CaFile)?;
+        info!(
+            broker.host = %uri.host,
+            broker.port = uri.port,
+            broker.vhost = %uri.vhost,
+            "connecting to the broker"
+        );
+        let fleet = config.fleet.clone().ok_or(RunError::NoFleet)?;
+        let key = secrets
+            .iter()
+            .find(|s| s.name.as_str() == HOST_KEY)
+            .ok_or(RunError::NoHostKey)
+            .and_then(|s| HostKey::from_secret(&s.value).map_err(RunError::HostKey))?;
+        info!(key.id = %key.public().key_id(), "host key loaded");
+        let skew_ms = i64::try_from(config.broker.skew.as_millis()).unwrap_or(i64::MAX);
+        let key = Arc::new(key);
+        let courier = Arc::new(
+            Courier::new(
+                &fleet,
+                &config.host,
+                &uri.vhost,
+                Arc::clone(&key),
+                Arc::clone(state),
+            )
+            .map_err(RunError::State)?,
+        );
+        // This host's own beats come back through the roster queue: its key is pinned too.
+        let mut pins = config.peers.clone();
+        pins.pin(&fleet, &config.host, *key.public());
+        let inbound = Arc::new(Inbound::new(&fleet, pins, skew_ms, Arc::clone(state)));
+        let settings = LinkSettings {
+            host: config.host.clone(),
+            backoff_cap: config.broker.backoff_cap,
+            queue_type: config.broker.queue_type,
+            admit: config.broker.admit.clone(),
+            beat_to: config
+                .peers
+                .fleets()
+                .into_iter()
+                .filter(|f| *f != fleet)
+                .map(str::to_owned)
+                .collect(),
+        };
+        Ok(Fabric {
+            courier,
+            key,
+            uri,
+            settings,
+            inbound,
+        })
+    }
+}
+
+/// The spawner over the configured multiplexer; `None` when herdr is not reachable (spawning
+/// stays off until fleetd restarts, and says so).
+fn spawner(config: &Config) -> Option<Arc<Spawner>> {
+    match config.multiplexer {
+        crate::config::Multiplexer::Tmux => Some(Arc::new(Spawner::new(Arc::new(Tmux::new(
+            tmux_socket(&config.tmux_socket),
+            "fleetd",
+        ))))),
+        crate::config::Multiplexer::Herdr => {
+            let opened = crate::pane::herdr::socket_path()
+                .ok_or_else(|| "no herdr socket path (set HERDR_SOCKET_PATH or HOME)".to_owned())
+                .and_then(|path| crate::pane::herdr::Herdr::open(&path).map_err(|e| e.to_string()));
+            match opened {
+                Ok(herdr) => Some(Arc::new(Spawner::new(Arc::new(herdr)))),
+                Err(reason) => {
+                    warn!(%reason, "herdr is not reachable: spawning is off until fleetd restarts");
+                    None
+                }
+            }
+        }
+    }
 }
 
 /// The service manager's status line: broker link, roster size, sandbox level.

@@ -4,6 +4,9 @@
 //! Imports: `roster` (where agents are). Never the broker: the daemon implements [`Router`]
 //! with it.
 
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -37,22 +40,74 @@ pub fn decide(local: bool, located: Option<HostId>, own_fleet: &str) -> Route {
     }
 }
 
-/// What the local API asks of the gateway. Replies are JSON for the API to pass on; errors are
-/// one line for the caller.
+/// What a spawn asks for: the policy request's fields, and where. The local API's `spawn`
+/// carries it (`api::Request::Spawn`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpawnAsk {
+    /// The profile.
+    pub profile: String,
+    /// Variables the request sets (the policy decides which it may).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// The working directory, inside the profile's roots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    /// The agent's name on the host that runs it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    /// Another host to run it on (this host when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// That host's fleet (found in the roster when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<String>,
+}
+
+/// Why the gateway could not do what the local API asked.
+#[derive(Debug, thiserror::Error)]
+pub enum RouterError {
+    /// The request names something malformed or absent (an agent name, a profile's fields).
+    #[error("{0}")]
+    Invalid(String),
+    /// The target is on another host, and this one runs without a broker.
+    #[error(
+        "{what}: single-host mode has no broker to reach other hosts (configure `fleet` and a broker)"
+    )]
+    NoBroker {
+        /// What needed the broker.
+        what: String,
+    },
+    /// The caller may not do this (a token refused, or an operation outside its capability).
+    #[error("refused: {0}")]
+    Refused(String),
+    /// The durable store or the delivery path failed.
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// What the local API asks of the gateway. Replies are JSON for the API to pass on.
 pub trait Router: Send + Sync {
     /// The local agent named `name` (created, with a new global id, if needed).
-    fn open_agent(&self, name: &str) -> Result<Uuid, String>;
+    fn open_agent(&self, name: &str) -> Result<Uuid, RouterError>;
     /// Sends `text` to agent `to`; returns the message id and how it was routed.
-    fn send(&self, to: Uuid, from: Option<Uuid>, text: String) -> Result<Value, String>;
+    fn send(&self, to: Uuid, from: Option<Uuid>, text: String) -> Result<Value, RouterError>;
     /// Up to `limit` held messages, oldest first (for agent `to` if given).
-    fn held(&self, limit: usize, to: Option<Uuid>) -> Result<Value, String>;
-    /// Acknowledges a held message; `false` when none was held.
-    fn ack(&self, id: Uuid) -> Result<bool, String>;
-    /// The delivery state of a message this host sent.
-    fn delivery(&self, id: Uuid) -> Result<Option<Value>, String>;
-    /// Runs the spawn pipeline for a request made on this host (`profile`, `env`, `cwd`,
-    /// `label`); the outcome with its reasons.
-    fn spawn(&self, request: &Value) -> Result<Value, String>;
+    fn held(&self, limit: usize, to: Option<Uuid>) -> Result<Value, RouterError>;
+    /// Acknowledges a held message (only one held for agent `only_for`, when given); `false`
+    /// when none was held.
+    fn ack(&self, id: Uuid, only_for: Option<Uuid>) -> Result<bool, RouterError>;
+    /// The delivery state of a message this host sent (only one agent `sent_by` sent, when
+    /// given).
+    fn delivery(&self, id: Uuid, sent_by: Option<Uuid>) -> Result<Option<Value>, RouterError>;
+    /// The local agent whose capability token `token` is, while its agent runs; the reason
+    /// otherwise.
+    fn authenticate(&self, token: &secrecy::SecretString) -> Result<Uuid, RouterError>;
+    /// Records a refused local API request in the audit log.
+    fn refused(&self, agent: Option<Uuid>, op: &str, reason: &str);
+    /// Runs the spawn pipeline for a request made on this host, or asks another host; the
+    /// outcome with its reasons.
+    fn spawn(&self, ask: &SpawnAsk) -> Result<Value, RouterError>;
 }
 
 #[cfg(test)]

@@ -91,7 +91,15 @@ impl Spawner {
     }
 
     /// Runs the pipeline for `request` under `policy` (blocking: the readiness gate waits).
-    pub fn spawn(&self, policy: &PolicySet, request: &Request, secrets: Secrets<'_>) -> Outcome {
+    /// `identity` is what fleetd itself gives the agent (its id, socket, token): set last, so
+    /// neither the profile nor the request can replace it.
+    pub fn spawn(
+        &self,
+        policy: &PolicySet,
+        request: &Request,
+        secrets: Secrets<'_>,
+        identity: &[(&str, &SecretString)],
+    ) -> Outcome {
         self.forget_exited();
         let decision = evaluate(policy, request, self);
         if decision.effect != Effect::Allow {
@@ -117,7 +125,7 @@ impl Spawner {
                 };
             }
         };
-        let launch = match launch_of(&spec, secrets) {
+        let launch = match launch_of(&spec, secrets, identity) {
             Ok(launch) => launch,
             Err(reason) => return Outcome::Failed { reason },
         };
@@ -247,7 +255,11 @@ impl Usage for Spawner {
 }
 
 /// The launch for `spec`: its fixed and allowed environment plus this host's secrets.
-fn launch_of(spec: &PaneSpec, secrets: Secrets<'_>) -> Result<Launch, String> {
+fn launch_of(
+    spec: &PaneSpec,
+    secrets: Secrets<'_>,
+    identity: &[(&str, &SecretString)],
+) -> Result<Launch, String> {
     let mut env = spec.env.clone();
     for (name, reference) in &spec.secrets {
         let value = secrets(reference).map_err(|e| format!("secret for `{name}`: {e}"))?;
@@ -257,6 +269,14 @@ fn launch_of(spec: &PaneSpec, secrets: Secrets<'_>) -> Result<Launch, String> {
         )]
         let plain = secrecy::ExposeSecret::expose_secret(&value).to_owned();
         env.insert(name.clone(), plain);
+    }
+    for (name, value) in identity {
+        #[expect(
+            clippy::disallowed_methods,
+            reason = "the agent's own token goes only into its pane's environment"
+        )]
+        let plain = secrecy::ExposeSecret::expose_secret(*value).to_owned();
+        env.insert((*name).to_owned(), plain);
     }
     Ok(Launch {
         argv: spec.argv.clone(),

@@ -15,6 +15,9 @@ use super::{DeliveryState, Party};
 pub struct Tracked {
     /// The target agent.
     pub to: Uuid,
+    /// The local agent that sent it, when one did (an agent may follow only its own messages).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<Uuid>,
     /// The fleet (and host, where known) it was sent to; receipts must come from that fleet.
     pub dest: Party,
     /// Its state.
@@ -72,6 +75,7 @@ mod tests {
     fn states_rank_in_delivery_order_and_round_trip() {
         let queued = Tracked {
             to: Uuid::now_v7(),
+            from: None,
             dest: Party {
                 fleet: "f".to_owned(),
                 host: String::new(),

@@ -270,14 +270,17 @@ impl Host {
         stdout
     }
 
-    /// One request to this host's local API.
+    /// One request to this host's local API (written as JSON here, and checked to be one the
+    /// API's request type takes).
     pub fn api(&self, request: &serde_json::Value) -> serde_json::Value {
+        let request = fleetd::api::Request::parse(request.to_string().as_bytes())
+            .unwrap_or_else(|e| panic!("{request} is not an api request: {e}"));
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .unwrap();
         runtime
-            .block_on(fleetd::api::request(&self.dir.join("run/fleetd"), request))
+            .block_on(fleetd::api::request(&self.dir.join("run/fleetd"), &request))
             .unwrap_or_else(|e| panic!("local api of {}: {e}", self.name))
     }
 

@@ -109,13 +109,15 @@ impl Courier {
                 ids.chunks(MAX_RECEIPT_MORE + 1)
                     .filter_map(|chunk| {
                         let (first, more) = chunk.split_first()?;
-                        Some(self.receipt_for(
+                        // INVARIANT: the intake runs only with a broker, so there is a key.
+                        self.receipt_for(
                             origin.clone(),
                             *first,
                             more.to_vec(),
                             DeliveryState::Delivered,
                             None,
-                        ))
+                        )
+                        .ok()
                     })
                     .collect::<Vec<_>>()
             })
@@ -152,12 +154,15 @@ impl Courier {
                 plan.event = "message.undeliverable";
                 let reason = format!("no such agent {} on host {}", m.to, self.host);
                 plan.note("reason", json!(reason));
-                plan.outbox = Some(self.receipt(
-                    plan.meta.origin.clone(),
-                    plan.meta.id,
-                    DeliveryState::Failed,
-                    Some(reason),
-                ));
+                // INVARIANT: the intake runs only with a broker, so there is a key.
+                plan.outbox = self
+                    .receipt(
+                        plan.meta.origin.clone(),
+                        plan.meta.id,
+                        DeliveryState::Failed,
+                        Some(reason),
+                    )
+                    .ok();
             }
             Payload::DeliveryReceipt(r) => {
                 plan.event = "receipt.accepted";

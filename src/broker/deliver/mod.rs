@@ -75,6 +75,9 @@ pub enum CourierError {
     /// The message is malformed.
     #[error("{0}")]
     Invalid(String),
+    /// It would leave this host, and this host runs without a broker (single-host mode).
+    #[error("single-host mode: nothing leaves this host (no broker, no host key)")]
+    NoBroker,
 }
 
 /// One gateway's delivery: its identity, key, state and local agents.
@@ -82,7 +85,8 @@ pub struct Courier {
     fleet: String,
     host: String,
     vhost: String,
-    key: Arc<HostKey>,
+    /// This host's signing key; `None` in single-host mode, where nothing is sealed.
+    key: Option<Arc<HostKey>>,
     state: Arc<StateStore>,
     agents: Arc<Registry>,
     /// Woken when the outbox has something to publish.
@@ -104,6 +108,27 @@ impl Courier {
         host: &str,
         vhost: &str,
         key: Arc<HostKey>,
+        state: Arc<StateStore>,
+    ) -> Result<Courier, StateError> {
+        Courier::open(fleet, host, vhost, Some(key), state)
+    }
+
+    /// The courier of a host without a broker: local agents, local sends, held messages and
+    /// delivery records; anything that would leave the host is refused with
+    /// [`CourierError::NoBroker`].
+    pub fn single_host(
+        fleet: &str,
+        host: &str,
+        state: Arc<StateStore>,
+    ) -> Result<Courier, StateError> {
+        Courier::open(fleet, host, "", None, state)
+    }
+
+    fn open(
+        fleet: &str,
+        host: &str,
+        vhost: &str,
+        key: Option<Arc<HostKey>>,
         state: Arc<StateStore>,
     ) -> Result<Courier, StateError> {
         let agents = Arc::new(Registry::load(Arc::clone(&state))?);
@@ -201,8 +226,14 @@ impl Courier {
         }
     }
 
+    /// Whether this host has a broker (and a key to seal with).
+    pub fn has_broker(&self) -> bool {
+        self.key.is_some()
+    }
+
     /// Seals `payload` from this host to `dest`, valid for [`MESSAGE_TTL_MS`].
-    pub fn seal(&self, dest: Party, payload: &Payload) -> Sealed {
+    pub fn seal(&self, dest: Party, payload: &Payload) -> Result<Sealed, CourierError> {
+        let key = self.key.as_ref().ok_or(CourierError::NoBroker)?;
         let now = now_ms();
         let meta = Meta {
             version: wire::VERSION,
@@ -214,7 +245,7 @@ impl Courier {
             created_ms: now,
             expires_ms: now + MESSAGE_TTL_MS,
         };
-        wire::seal(meta, payload, &self.key)
+        Ok(wire::seal(meta, payload, key))
     }
 
     /// Queues an agent message for `to` on host `dest` (its host may be unknown in this fleet)
@@ -238,7 +269,7 @@ impl Courier {
             text,
         });
         let address = self.address(&dest, Some(to));
-        let sealed = self.seal(dest.clone(), &payload);
+        let sealed = self.seal(dest.clone(), &payload)?;
         let mut record =
             OutboxRecord::new(&address.vhost, &address.exchange, &address.key, &sealed);
         record.tracked = true;
@@ -246,6 +277,7 @@ impl Courier {
             serde_json::to_vec(&record).map_err(|e| CourierError::Invalid(e.to_string()))?;
         let tracked = Tracked {
             to,
+            from,
             dest,
             state: DeliveryState::Queued,
             in_broker: false,
@@ -289,6 +321,7 @@ impl Courier {
         };
         let tracked = Tracked {
             to,
+            from,
             dest: self.me(),
             // A pane agent's message is delivered when it is typed.
             state: if self.pane_of(to).is_some() {
@@ -357,7 +390,7 @@ impl Courier {
     /// leaves the held store, in one transaction.
     pub fn answer_spawn(&self, request: &Held, reply: &SpawnReply) -> Result<(), CourierError> {
         let (id, record) =
-            self.to_gateway(request.origin.clone(), &Payload::SpawnReply(reply.clone()));
+            self.to_gateway(request.origin.clone(), &Payload::SpawnReply(reply.clone()))?;
         self.state
             .held_ack_with(request.id, Some((id, record.as_slice())), None)?;
         self.outbox_ready.notify_one();
@@ -366,7 +399,7 @@ impl Courier {
 
     /// Sends a spawn request to gateway `dest`; returns its message id (the reply's `request`).
     pub fn request_spawn(&self, dest: Party, request: SpawnRequest) -> Result<Uuid, CourierError> {
-        let (id, record) = self.to_gateway(dest, &Payload::SpawnRequest(request));
+        let (id, record) = self.to_gateway(dest, &Payload::SpawnRequest(request))?;
         self.state.outbox_put(id, &record)?;
         self.outbox_ready.notify_one();
         Ok(id)
@@ -396,8 +429,20 @@ impl Courier {
     }
 
     /// Acknowledges a held message: it is not offered again, and its sender learns it was
-    /// acknowledged (a receipt queued in the same transaction). `false` when it was not held.
-    pub fn ack(&self, id: Uuid) -> Result<bool, CourierError> {
+    /// acknowledged (a receipt queued in the same transaction). `false` when it was not held —
+    /// or, with `only_for`, not held for that agent (another agent's messages are not its to
+    /// acknowledge, nor to learn about).
+    pub fn ack(&self, id: Uuid, only_for: Option<Uuid>) -> Result<bool, CourierError> {
+        if let Some(agent) = only_for {
+            let held_for = self
+                .state
+                .held_get(id)?
+                .and_then(|bytes| serde_json::from_slice::<Held>(&bytes).ok())
+                .and_then(|held| held.to);
+            if held_for != Some(agent) {
+                return Ok(false);
+            }
+        }
         self.release_held(id, DeliveryState::Acknowledged)
     }
 
@@ -422,7 +467,7 @@ impl Courier {
         }
         let receipt = match (&held, origin) {
             (Some(h), Some(origin)) if h.kind == Kind::AgentMessage.as_str() => {
-                Some(self.receipt(origin, id, state, None))
+                Some(self.receipt(origin, id, state, None)?)
             }
             _ => None,
         };
@@ -448,14 +493,14 @@ impl Courier {
     }
 
     /// An outbox record carrying `payload` to the gateway `dest` (untracked).
-    fn to_gateway(&self, dest: Party, payload: &Payload) -> (Uuid, Vec<u8>) {
+    fn to_gateway(&self, dest: Party, payload: &Payload) -> Result<(Uuid, Vec<u8>), CourierError> {
         let address = self.address(&dest, None);
-        let sealed = self.seal(dest, payload);
+        let sealed = self.seal(dest, payload)?;
         let record = OutboxRecord::new(&address.vhost, &address.exchange, &address.key, &sealed);
-        (
+        Ok((
             sealed.meta.id,
             serde_json::to_vec(&record).unwrap_or_default(),
-        )
+        ))
     }
 
     fn receipt(
@@ -464,7 +509,7 @@ impl Courier {
         message: Uuid,
         state: DeliveryState,
         reason: Option<String>,
-    ) -> (Uuid, Vec<u8>) {
+    ) -> Result<(Uuid, Vec<u8>), CourierError> {
         self.receipt_for(dest, message, Vec::new(), state, reason)
     }
 
@@ -477,7 +522,7 @@ impl Courier {
         more: Vec<Uuid>,
         state: DeliveryState,
         reason: Option<String>,
-    ) -> (Uuid, Vec<u8>) {
+    ) -> Result<(Uuid, Vec<u8>), CourierError> {
         let payload = Payload::DeliveryReceipt(DeliveryReceipt {
             v: wire::VERSION,
             message,

@@ -173,6 +173,8 @@ pub(super) static PREFIXES: &[Prefix] = &[
     p("AIza", "google-api-key", Token, 30),
     p("ya29.", "google-oauth-token", TokenDot, 20),
     p("GOCSPX-", "google-client-secret", Token, 20),
+    // fleetd's own agent capability tokens (`agent::token`), whoever's they are.
+    fixed("fleetd-agent-", "fleetd-agent-token", LowerHex, 64),
     p("npm_", "npm-token", Alnum, 36),
     p("pypi-AgE", "pypi-token", Token, 50),
     p("dckr_pat_", "docker-token", Token, 20),

@@ -1,0 +1,358 @@
+//! One host, no broker, no config file: `fleetd run` on its embedded defaults does the local job
+//! — the README's walkthrough. A scripted agent is spawned into the user's real tmux server
+//! (started here, as the README starts it), gets a message from the primary, and answers with
+//! `fleetd send` and nothing but the target and text: the reply arrives in the primary's held
+//! inbox with the worker's global id as sender. The worker's capability token (read from its
+//! pane's environment, as anything in the pane could) allows only what an agent may do; every
+//! refusal has its reason and an audit record, and once the agent exits its token is refused.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    reason = "test code fails loudly"
+)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use common::mcp::Session;
+use common::{eventually, spawn_logged, terminate, wait_for};
+use serde_json::{Value, json};
+
+const BIN: &str = env!("CARGO_BIN_EXE_fleetd");
+
+/// The README's policy: the scripted `echo` agent, granted to this host's own operator.
+const POLICY: &str = "docs/examples/single-host/00-echo.toml";
+
+/// A home directory with the README's policy, and the environment every process here shares.
+struct Home {
+    dir: tempfile::TempDir,
+}
+
+impl Home {
+    fn new() -> Home {
+        let dir = tempfile::tempdir().unwrap();
+        let policy = dir.path().join(".config/fleetd/policy");
+        std::fs::create_dir_all(&policy).unwrap();
+        let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join(POLICY);
+        std::fs::copy(shipped, policy.join("00-echo.toml")).unwrap();
+        Home { dir }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// `command` in this home: its own state, runtime and tmux socket directories, and the
+    /// fleetd binary first on PATH (the agent's `fleetd send` finds it there).
+    fn env(&self, mut command: Command) -> Command {
+        let bin_dir = Path::new(BIN).parent().unwrap();
+        let path = format!(
+            "{}:{}",
+            bin_dir.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        command
+            .env_remove("FLEETD_CONFIG")
+            .env("HOME", self.path())
+            .env("XDG_STATE_HOME", self.path().join("state"))
+            .env("XDG_RUNTIME_DIR", self.path().join("run"))
+            .env("TMUX_TMPDIR", self.path())
+            .env("PATH", path);
+        command
+    }
+
+    /// `fleetd ARGS` as the operator: (succeeded, stdout + stderr).
+    fn fleetd(&self, args: &[&str]) -> (bool, String) {
+        let mut command = Command::new(BIN);
+        command.args(args);
+        let out = self.env(command).output().unwrap();
+        (
+            out.status.success(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    }
+
+    fn json(&self, args: &[&str]) -> Value {
+        let mut full = args.to_vec();
+        full.push("--json");
+        let (ok, text) = self.fleetd(&full);
+        assert!(ok, "fleetd {args:?}: {text}");
+        serde_json::from_str(&text).unwrap_or_else(|_| panic!("fleetd {args:?}: {text}"))
+    }
+
+    fn tmux(&self, args: &[&str]) -> String {
+        let mut command = Command::new("tmux");
+        command.args(["-L", "fleetd"]).args(args);
+        let out = self.env(command).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.path().join("run/fleetd/fleetd.sock")
+    }
+}
+
+impl Drop for Home {
+    fn drop(&mut self) {
+        let _ = self.tmux(&["kill-server"]);
+    }
+}
+
+/// One request on the socket as it is written on the wire (a raw client, like anything in a pane).
+fn raw(socket: &Path, line: &Value) -> Value {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+        let mut stream = tokio::net::UnixStream::connect(socket).await.unwrap();
+        stream
+            .write_all(format!("{line}\n").as_bytes())
+            .await
+            .unwrap();
+        let mut reply = String::new();
+        BufReader::new(stream).read_line(&mut reply).await.unwrap();
+        serde_json::from_str(&reply).unwrap()
+    })
+}
+
+/// The environment of the process running in pane `pane`.
+fn pane_environ(home: &Home, pane: &str) -> Vec<(String, String)> {
+    let pid = home.tmux(&["display-message", "-p", "-t", pane, "#{pane_pid}"]);
+    let bytes = std::fs::read(format!("/proc/{}/environ", pid.trim())).unwrap();
+    String::from_utf8_lossy(&bytes)
+        .split('\0')
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+#[test]
+fn one_host_without_a_broker_spawns_sends_and_the_worker_answers_as_itself() {
+    let home = Home::new();
+    let mut tmux = Command::new("tmux");
+    tmux.args([
+        "-L",
+        "fleetd",
+        "new-session",
+        "-d",
+        "-s",
+        "keep",
+        "sleep 600",
+    ]);
+    assert!(home.env(tmux).status().unwrap().success(), "tmux server");
+    let mut run = Command::new(BIN);
+    run.arg("run");
+    let (daemon, log) = spawn_logged(home.env(run));
+    let mut seen = String::new();
+    wait_for(&log, &mut seen, &["fleetd ready"], Duration::from_secs(20));
+
+    let primary = home.json(&["agent", "open", "primary"])["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let started = home.json(&["spawn", "--profile", "echo", "--label", "e1"]);
+    assert_eq!(started["outcome"], "started", "{started}");
+    let worker = started["agent"].as_str().unwrap().to_owned();
+    let roster = home.json(&["roster"]).to_string();
+    assert!(
+        roster.contains(&worker) && roster.contains(&primary),
+        "{roster}"
+    );
+
+    // The pane got exactly fleetd's three variables, its own id among them.
+    let panes = home.tmux(&["list-panes", "-s", "-t", "fleetd", "-F", "#{pane_id}"]);
+    let pane = panes.lines().next().unwrap().to_owned();
+    let environ = pane_environ(&home, &pane);
+    let fleetd_vars: Vec<&str> = environ
+        .iter()
+        .map(|(k, _)| k.as_str())
+        .filter(|k| k.starts_with("FLEETD_"))
+        .collect();
+    assert_eq!(
+        fleetd_vars,
+        ["FLEETD_AGENT_ID", "FLEETD_AGENT_TOKEN", "FLEETD_SOCKET"]
+    );
+    let var = |name: &str| {
+        environ
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+            .unwrap()
+    };
+    assert_eq!(var("FLEETD_AGENT_ID"), worker);
+    let token = var("FLEETD_AGENT_TOKEN");
+    assert!(token.starts_with("fleetd-agent-"), "a token");
+
+    // The primary delegates; the worker answers with a bare `fleetd send TARGET TEXT`.
+    let (ok, sent) = home.fleetd(&["send", &worker, "hello", "--from", &primary]);
+    assert!(ok, "{sent}");
+    let reply = eventually("the worker's reply", Duration::from_secs(20), || {
+        let held = home.json(&["inbox", "pull", "--agent", &primary]);
+        held["messages"].as_array().unwrap().first().cloned()
+    });
+    assert_eq!(reply["body"]["text"], "echo: hello", "{reply}");
+    assert_eq!(reply["body"]["from"], worker.as_str(), "{reply}");
+    let (ok, acked) = home.fleetd(&["inbox", "ack", reply["id"].as_str().unwrap()]);
+    assert!(ok && acked.contains("acknowledged"), "{acked}");
+
+    // The worker's token, presented by anything in its pane, is the agent's and no more.
+    let socket = home.socket();
+    let with_token = |mut request: Value| {
+        request["token"] = json!(token);
+        raw(&socket, &request)
+    };
+    let (ok, _) = home.fleetd(&["send", &worker, "still there?", "--from", &primary]);
+    assert!(ok);
+    for (request, says) in [
+        (
+            json!({"op": "send", "to": primary, "text": "as the primary", "from": primary}),
+            "an agent sends as itself",
+        ),
+        (
+            json!({"op": "held.pull", "agent": primary}),
+            "only its own held messages",
+        ),
+        (
+            json!({"op": "spawn", "profile": "echo"}),
+            "not yet supported: spawning with an agent token",
+        ),
+        (json!({"op": "status"}), "the operator's"),
+        (
+            json!({"op": "agent.open", "name": "primary"}),
+            "the operator's",
+        ),
+    ] {
+        let refused = with_token(request.clone());
+        let error = refused["error"].as_str().unwrap_or_default();
+        assert!(
+            error.starts_with("refused: ") && error.contains(says),
+            "{request} → {refused}"
+        );
+    }
+    let roster = with_token(json!({"op": "roster"}));
+    assert!(
+        roster["hosts"].is_array(),
+        "an agent reads the roster: {roster}"
+    );
+    // Its own inbox is empty (its messages were typed); the primary's held message is not its
+    // to acknowledge.
+    let own = with_token(json!({"op": "held.pull"}));
+    assert!(own["messages"].is_array(), "{own}");
+    let (ok, _) = home.fleetd(&["send", &primary, "for the primary only"]);
+    assert!(ok);
+    let held = home.json(&["inbox", "pull", "--agent", &primary]);
+    let theirs = held["messages"][0]["id"].as_str().unwrap().to_owned();
+    let ack = with_token(json!({"op": "held.ack", "id": theirs}));
+    assert_eq!(ack["acknowledged"], false, "{ack}");
+    assert_eq!(
+        home.json(&["inbox", "pull", "--agent", &primary])["messages"][0]["id"],
+        theirs.as_str(),
+        "still held"
+    );
+    // Bad tokens.
+    let mut forged = token.clone();
+    forged.replace_range(forged.len() - 4.., "0000");
+    for (bad, says) in [
+        (&token[..token.len() - 1], "malformed agent token"),
+        (forged.as_str(), "unknown agent token"),
+    ] {
+        let refused = raw(&socket, &json!({"op": "roster", "token": bad}));
+        assert!(
+            refused["error"].as_str().unwrap_or_default().contains(says),
+            "{refused}"
+        );
+    }
+
+    // `fleetd mcp` run with the pane's variables is the worker's MCP server: it sends as the
+    // worker (no `agent.open`, which is the operator's), and its spawn tool is refused.
+    let mut command = Command::new(BIN);
+    command.arg("mcp");
+    let mut command = home.env(command);
+    for name in ["FLEETD_AGENT_ID", "FLEETD_SOCKET", "FLEETD_AGENT_TOKEN"] {
+        command.env(name, var(name));
+    }
+    let mut session = Session::start_with(command);
+    session.initialize();
+    let (sent, failed) = session.tool("send", json!({"to": primary, "text": "via mcp"}));
+    assert!(!failed, "{sent}");
+    let via_mcp = eventually(
+        "the reply sent through MCP",
+        Duration::from_secs(10),
+        || {
+            let held = home.json(&["inbox", "pull", "--agent", &primary, "--limit", "100"]);
+            held["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|m| m["body"]["text"] == "via mcp")
+                .cloned()
+        },
+    );
+    assert_eq!(via_mcp["body"]["from"], worker.as_str(), "{via_mcp}");
+    let (refused, failed) = session.tool("spawn", json!({"profile": "echo"}));
+    assert!(failed, "{refused}");
+    assert!(
+        refused.to_string().contains("not yet supported"),
+        "{refused}"
+    );
+    drop(session);
+
+    // The agent exits: its token dies with it.
+    home.tmux(&["send-keys", "-t", &pane, "C-d"]);
+    eventually("the worker's exit", Duration::from_secs(10), || {
+        (home
+            .tmux(&["display-message", "-p", "-t", &pane, "#{pane_dead}"])
+            .trim()
+            == "1")
+            .then_some(())
+    });
+    let refused = with_token(json!({"op": "roster"}));
+    assert!(
+        refused["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("was revoked: its process exited"),
+        "{refused}"
+    );
+
+    // Nothing leaves a host without a broker, and it says why.
+    let (ok, text) = home.fleetd(&["spawn", "--host", "elsewhere", "--profile", "echo"]);
+    assert!(
+        !ok && text.contains("single-host mode has no broker"),
+        "{text}"
+    );
+    let (ok, text) = home.fleetd(&["send", "0190a0a0-0000-7000-8000-000000000000", "hi"]);
+    assert!(
+        !ok && text.contains("single-host mode has no broker"),
+        "{text}"
+    );
+
+    terminate(&daemon);
+    let audit_file = home.path().join("state/fleetd/audit.jsonl");
+    let audit = std::fs::read_to_string(&audit_file).unwrap();
+    assert_eq!(
+        audit.matches("\"api.refused\"").count(),
+        9,
+        "each refusal audited (five out of scope, two bad tokens, MCP's spawn, one revoked): {audit}"
+    );
+    assert!(audit.contains("\"agent.revoked\""), "{audit}");
+    assert!(
+        !audit.contains(&token[13..]),
+        "the token is in no audit record"
+    );
+    let (ok, text) = home.fleetd(&["audit", "verify", "--file", audit_file.to_str().unwrap()]);
+    assert!(ok, "{text}");
+    drop(log);
+}
