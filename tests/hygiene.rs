@@ -135,11 +135,19 @@ fn config_and_policy_others_may_change_are_refused() {
 fn another_local_user_is_refused_even_when_the_socket_is_opened_up() {
     assert!(
         rustix::process::geteuid().is_root(),
-        "this test acts as a second user (nobody) and needs root"
+        "this test acts as a second user (nobody) and an operator-group member, and needs root"
     );
+    let nonce = common::nonce() % 1_000_000_000;
+    let (group, member) = (format!("fops{nonce}"), format!("fop{nonce}"));
+    let _accounts = Accounts::create(&group, &member);
+    let member_uid = uid_of(&member);
+    let group_gid = gid_of(&group);
     let root = tempfile::tempdir().unwrap();
     let dir = root.path();
     let config = common::solo_config(dir, "guarded", "");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str(&format!("[api]\noperator_group = \"{group}\"\n"));
+    std::fs::write(&config, text).unwrap();
     let (mut child, lines) = common::start_solo(&config, dir);
     let mut seen = String::new();
     // A careless operator opens everything: the directories, the socket, a copy of the binary.
@@ -154,15 +162,15 @@ fn another_local_user_is_refused_even_when_the_socket_is_opened_up() {
     ] {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
     }
-    let status = |uid: Option<u32>| {
+    let status = |ids: Option<(u32, u32)>| {
         let mut client = Command::new(&bin);
         client
             .args(["--config", config.to_str().unwrap(), "status"])
             .env_clear()
             .env("HOME", "/nonexistent");
-        if let Some(uid) = uid {
+        if let Some((uid, gid)) = ids {
             std::os::unix::process::CommandExt::uid(&mut client, uid);
-            std::os::unix::process::CommandExt::gid(&mut client, uid);
+            std::os::unix::process::CommandExt::gid(&mut client, gid);
         }
         let out = client.output().unwrap();
         (
@@ -179,15 +187,111 @@ fn another_local_user_is_refused_even_when_the_socket_is_opened_up() {
         ok && text.contains("host: guarded"),
         "the owner is served: {text}"
     );
-    let (ok, text) = status(Some(65534));
+    let (ok, text) = status(Some((member_uid, group_gid)));
+    assert!(
+        ok && text.contains("host: guarded"),
+        "a member of the operator group is served: {text}"
+    );
+    let (ok, text) = status(Some((65534, 65534)));
     assert!(!ok, "nobody was served: {text}");
     assert!(!text.contains("guarded"), "nobody learnt something: {text}");
+    assert!(
+        text.contains("uid 65534 is not the operator") && text.contains("present an agent token"),
+        "nobody is told why: {text}"
+    );
     common::wait_for(
         &lines,
         &mut seen,
-        &["connection from another user refused"],
+        &["without a token from a non-operator refused"],
         Duration::from_secs(5),
     );
+    let audit = std::fs::read_to_string(dir.join("state/audit.jsonl")).unwrap();
+    assert!(
+        audit.contains("\"api.refused\"") && audit.contains("\"uid\":65534"),
+        "the refusal is audited: {audit}"
+    );
+
+    // nobody holds 20 connections open and sends nothing: its own share (8) is taken, the
+    // rest are answered "busy"; the operator's probes are all served meanwhile.
+    let socket = dir.join("run/fleetd.sock");
+    let (held_tx, held) = std::sync::mpsc::channel();
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let holder = std::thread::spawn(move || {
+        rustix::thread::set_thread_uid(rustix::process::Uid::from_raw(65534)).unwrap();
+        let streams: Vec<_> = (0..20)
+            .filter_map(|_| std::os::unix::net::UnixStream::connect(&socket).ok())
+            .collect();
+        held_tx.send(streams.len()).unwrap();
+        let _ = released.recv_timeout(Duration::from_secs(30));
+        drop(streams);
+    });
+    assert_eq!(held.recv().unwrap(), 20, "nobody connected 20 times");
+    for probe in 0..8 {
+        let (ok, text) = status(None);
+        assert!(ok, "operator probe {probe} was starved: {text}");
+    }
+    release.send(()).unwrap();
+    holder.join().unwrap();
     common::terminate(&child);
     let _ = child.wait();
+}
+
+/// A group and a member of it (no home, no login), removed when dropped.
+struct Accounts {
+    group: String,
+    user: String,
+}
+
+impl Accounts {
+    fn create(group: &str, user: &str) -> Accounts {
+        let ran = |args: &[&str]| {
+            let status = Command::new(args[0]).args(&args[1..]).status();
+            assert!(
+                status.is_ok_and(|s| s.success()),
+                "{args:?} failed (the test creates a group and a user: needs root and the passwd package)"
+            );
+        };
+        ran(&["groupadd", group]);
+        let accounts = Accounts {
+            group: group.to_owned(),
+            user: user.to_owned(),
+        };
+        ran(&[
+            "useradd",
+            "-M",
+            "-N",
+            "-g",
+            group,
+            "-s",
+            "/usr/sbin/nologin",
+            user,
+        ]);
+        accounts
+    }
+}
+
+impl Drop for Accounts {
+    fn drop(&mut self) {
+        let _ = Command::new("userdel").arg(&self.user).status();
+        let _ = Command::new("groupdel").arg(&self.group).status();
+    }
+}
+
+fn uid_of(user: &str) -> u32 {
+    let out = Command::new("id").args(["-u", user]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
+
+fn gid_of(group: &str) -> u32 {
+    let out = Command::new("getent")
+        .args(["group", group])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split(':')
+        .nth(2)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
 }

@@ -1,16 +1,22 @@
-//! The local API: a Unix socket in the runtime directory (mode 0600, directory 0700) that only
-//! processes of this user may use — the peer's uid is checked on every connection. One JSON
-//! request per connection, one JSON reply; requests are bounded in size and time. No port is
-//! ever opened.
+//! The local API: a Unix socket in the runtime directory (mode 0600, directory 0700). It
+//! authorises by peer, then by capability: the kernel names every connection's peer
+//! (SO_PEERCRED); root, fleetd's own user and members of the operator group get the operator's
+//! API (`peer`), anyone else only what an agent token it presents allows (`scope`), and nothing
+//! without one. One typed JSON request per connection ([`Request`]), one JSON reply; requests
+//! are bounded in size and time, connections per peer and in all. Refusals are answered with
+//! the reason and audited. No port is ever opened.
 //!
 //! Imports: `roster` (the view), `route` (the [`Router`] the daemon implements), `broker` (the
 //! link status type).
 
 pub mod mcp;
+pub mod peer;
 pub mod request;
 
+pub use peer::{Operators, Peer, PeerClass};
 pub use request::{Call, Request};
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -33,10 +39,11 @@ pub const MAX_REQUEST: usize = 64 * 1024;
 const TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest a request may take to answer: a spawn waits for its agent's readiness gate.
 const LONGEST: Duration = Duration::from_secs(300);
-const MAX_CLIENTS: usize = 16;
+/// Most connections open at once, all peers together.
+const MAX_CLIENTS: usize = 64;
 
 /// What the API reads; each part is absent in single-host mode.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct ApiState {
     /// The host name.
     pub host: String,
@@ -50,6 +57,8 @@ pub struct ApiState {
     pub scrubber: Option<crate::scrub::Scrubber>,
     /// What the self-sandbox enforces (`sandbox: …`).
     pub sandbox: String,
+    /// Who the operator is.
+    pub operators: Operators,
 }
 
 /// Why the socket could not be served.
@@ -86,35 +95,34 @@ pub fn bind(runtime_dir: &Path) -> Result<UnixListener, ApiError> {
     Ok(listener)
 }
 
-/// Serves requests until `stop` turns true.
+/// Serves requests until `stop` turns true. Each peer (uid) has [`PER_PEER`] connection slots,
+/// all peers together [`MAX_CLIENTS`]: one peer's idle connections cannot take another's.
 pub async fn serve(listener: UnixListener, state: ApiState, mut stop: watch::Receiver<bool>) {
     let slots = Arc::new(Semaphore::new(MAX_CLIENTS));
-    let me = rustix::process::geteuid();
+    let per_peer: Arc<Mutex<HashMap<u32, usize>>> = Arc::default();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
-                    let Ok(permit) = Arc::clone(&slots).try_acquire_owned() else {
-                        warn!("local api busy; connection dropped");
-                        continue;
-                    };
-                    match rustix::net::sockopt::socket_peercred(&stream) {
-                        Ok(peer) if peer.uid == me => {}
-                        Ok(peer) => {
-                            warn!(peer.uid = peer.uid.as_raw(), "local api: connection from another user refused");
-                            continue;
-                        }
+                    let peer = match rustix::net::sockopt::socket_peercred(&stream) {
+                        Ok(cred) => Peer { uid: cred.uid.as_raw(), gid: cred.gid.as_raw() },
                         Err(error) => {
                             warn!(%error, "local api: peer credentials unavailable; refused");
                             continue;
                         }
-                    }
+                    };
+                    let Some(slot) = Slot::take(&slots, &per_peer, peer.uid) else {
+                        warn!(peer.uid = peer.uid, "local api busy for this peer; connection refused");
+                        tokio::spawn(reply_only(stream, json!({"error": "busy: too many open connections from this user"})));
+                        continue;
+                    };
+                    let class = state.operators.class(peer);
                     let state = state.clone();
                     tokio::spawn(async move {
-                        if let Err(error) = tokio::time::timeout(LONGEST, handle(stream, &state)).await {
+                        if let Err(error) = tokio::time::timeout(LONGEST, handle(stream, &state, peer, class)).await {
                             debug!(%error, "local api request timed out");
                         }
-                        drop(permit);
+                        drop(slot);
                     });
                 }
                 Err(error) => warn!(%error, "local api accept failed"),
@@ -124,7 +132,58 @@ pub async fn serve(listener: UnixListener, state: ApiState, mut stop: watch::Rec
     }
 }
 
-async fn handle(stream: UnixStream, state: &ApiState) {
+/// Most connections one peer (uid) holds open at once.
+pub const PER_PEER: usize = 8;
+
+/// One connection's share: a global slot and one of its peer's.
+struct Slot {
+    _global: tokio::sync::OwnedSemaphorePermit,
+    per_peer: Arc<Mutex<HashMap<u32, usize>>>,
+    uid: u32,
+}
+
+impl Slot {
+    fn take(
+        global: &Arc<Semaphore>,
+        per_peer: &Arc<Mutex<HashMap<u32, usize>>>,
+        uid: u32,
+    ) -> Option<Slot> {
+        let mut counts = per_peer.lock().ok()?;
+        let count = counts.entry(uid).or_insert(0);
+        if *count >= PER_PEER {
+            return None;
+        }
+        let permit = Arc::clone(global).try_acquire_owned().ok()?;
+        *count += 1;
+        Some(Slot {
+            _global: permit,
+            per_peer: Arc::clone(per_peer),
+            uid,
+        })
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if let Ok(mut counts) = self.per_peer.lock()
+            && let Some(count) = counts.get_mut(&self.uid)
+        {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                counts.remove(&self.uid);
+            }
+        }
+    }
+}
+
+/// Answers a connection that will not be served with `reply`, without reading its request.
+async fn reply_only(mut stream: UnixStream, reply: Value) {
+    let mut bytes = reply.to_string().into_bytes();
+    bytes.push(b'\n');
+    let _ = tokio::time::timeout(TIMEOUT, stream.write_all(&bytes)).await;
+}
+
+async fn handle(stream: UnixStream, state: &ApiState, peer: Peer, class: PeerClass) {
     let (read, mut write) = stream.into_split();
     let mut line = Vec::new();
     let mut reader = BufReader::new(read).take(u64::try_from(MAX_REQUEST).unwrap_or(u64::MAX) + 1);
@@ -141,7 +200,7 @@ async fn handle(stream: UnixStream, state: &ApiState) {
             // Answers may wait for the disk (a send is durable before it is acknowledged).
             Ok(call) => {
                 let state = state.clone();
-                tokio::task::spawn_blocking(move || answer(call, &state))
+                tokio::task::spawn_blocking(move || answer(call, &state, peer, class))
                     .await
                     .unwrap_or_else(|_| json!({"error": "the request failed"}))
             }
@@ -206,14 +265,29 @@ pub fn scope(caller: Caller, request: Request) -> Result<Request, String> {
     }
 }
 
-fn answer(call: Call, state: &ApiState) -> Value {
+fn answer(call: Call, state: &ApiState, peer: Peer, class: PeerClass) -> Value {
     let op = call.request.op();
     let caller = match (call.token, &state.router) {
-        (None, _) => Caller::Operator,
+        (None, _) if class == PeerClass::Operator => Caller::Operator,
+        (None, router) => {
+            let reason = format!(
+                "refused: uid {} is not the operator ({}): present an agent token",
+                peer.uid,
+                state.operators.describe()
+            );
+            warn!(
+                peer.uid = peer.uid,
+                "local api: a request without a token from a non-operator refused"
+            );
+            if let Some(router) = router {
+                router.refused(None, peer.uid, op, &reason);
+            }
+            return json!({"error": reason});
+        }
         (Some(token), Some(router)) => match router.authenticate(&token) {
             Ok(agent) => Caller::Agent(agent),
             Err(error) => {
-                router.refused(None, op, &error.to_string());
+                router.refused(None, peer.uid, op, &error.to_string());
                 return json!({"error": error.to_string()});
             }
         },
@@ -227,7 +301,7 @@ fn answer(call: Call, state: &ApiState) -> Value {
                 Caller::Operator => None,
             };
             if let Some(router) = &state.router {
-                router.refused(agent, op, &reason);
+                router.refused(agent, peer.uid, op, &reason);
             }
             return json!({"error": format!("refused: {reason}")});
         }

@@ -133,6 +133,9 @@ pub struct Config {
     pub roster: RosterSettings,
     /// Persistent agents this host keeps alive (`[[lead]]`).
     pub leads: Vec<Lead>,
+    /// The group whose members get the operator's local API (`[api] operator_group`); root and
+    /// fleetd's own user always do.
+    pub operator_group: Option<String>,
 }
 
 /// A persistent agent kept alive by the lead supervisor: launched through the spawn pipeline
@@ -261,6 +264,7 @@ impl Config {
             secrets: Vec::new(),
             peers: PinnedKeys::default(),
             roster: RosterSettings::default(),
+            operator_group: None,
             leads: Vec::new(),
         }
     }

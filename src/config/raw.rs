@@ -34,6 +34,13 @@ struct RawConfig {
     #[serde(default)]
     lead: Vec<RawLead>,
     roster: Option<RawRoster>,
+    api: Option<RawApi>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawApi {
+    operator_group: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -308,6 +315,23 @@ fn check(raw: RawConfig, path: &Path, text: &str) -> Result<Config, Vec<Diagnost
         extra.push(SecretSpec { name: checked, env });
     }
     config.secrets = secret_specs(config.broker.uri_env.as_ref(), extra);
+    if let Some(group) = raw.api.and_then(|api| api.operator_group) {
+        let name = group.get_ref();
+        let valid = !name.is_empty()
+            && name.len() <= 32
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+        if valid {
+            config.operator_group = Some(name.clone());
+        } else {
+            bad(
+                group.span(),
+                "`api.operator_group` must name a group (letters, digits, `.`, `_`, `-`)"
+                    .to_owned(),
+            );
+        }
+    }
     if let Some(roster) = raw.roster {
         let seconds = |value: Option<Spanned<u64>>,
                        default: std::time::Duration,

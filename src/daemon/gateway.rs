@@ -151,10 +151,10 @@ impl Router for Gateway {
         Ok(id)
     }
 
-    fn refused(&self, agent: Option<Uuid>, op: &str, reason: &str) {
+    fn refused(&self, agent: Option<Uuid>, uid: u32, op: &str, reason: &str) {
         (self.record)(vec![(
             "api.refused",
-            json!({"agent": agent.map(|a| a.to_string()), "op": op, "reason": reason}),
+            json!({"agent": agent.map(|a| a.to_string()), "uid": uid, "op": op, "reason": reason}),
         )]);
     }
 

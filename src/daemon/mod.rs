@@ -88,7 +88,13 @@ pub async fn run(
         host: config.host.clone(),
         scrubber: Some(scrubber.clone()),
         sandbox: sandbox.to_string(),
-        ..ApiState::default()
+        roster: None,
+        link: None,
+        router: None,
+        operators: api::Operators {
+            me: rustix::process::geteuid().as_raw(),
+            group: config.operator_group.clone(),
+        },
     };
     let broker = secrets.iter().find(|s| s.name.as_str() == BROKER_URI);
     // The local side stands on its own: agents, local sends, held messages, spawning, leads and

@@ -103,8 +103,8 @@ pub trait Router: Send + Sync {
     /// The local agent whose capability token `token` is, while its agent runs; the reason
     /// otherwise.
     fn authenticate(&self, token: &secrecy::SecretString) -> Result<Uuid, RouterError>;
-    /// Records a refused local API request in the audit log.
-    fn refused(&self, agent: Option<Uuid>, op: &str, reason: &str);
+    /// Records a refused local API request (from peer uid `uid`) in the audit log.
+    fn refused(&self, agent: Option<Uuid>, uid: u32, op: &str, reason: &str);
     /// Runs the spawn pipeline for a request made on this host, or asks another host; the
     /// outcome with its reasons.
     fn spawn(&self, ask: &SpawnAsk) -> Result<Value, RouterError>;

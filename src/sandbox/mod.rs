@@ -70,6 +70,11 @@ impl Plan {
             plan.read.push(PathBuf::from(file));
         }
         plan.read.extend(ETC_FILES.iter().map(PathBuf::from));
+        if config.operator_group.is_some() {
+            // The local API looks the operator group's members up on each connection.
+            plan.read
+                .extend(["/etc/group", "/etc/passwd"].map(PathBuf::from));
+        }
         let libraries = LIBRARY_DIRS.iter().map(PathBuf::from);
         match config.multiplexer {
             Multiplexer::Tmux => {
