@@ -93,7 +93,9 @@ fn the_unit_carries_the_required_directives() {
         "WatchdogSec=30s",
         "Restart=on-failure",
         "StartLimitBurst=5",
-        "User=%i",
+        "User=fleetd-%i",
+        "Group=fleetd-%i",
+        "RuntimeDirectoryMode=0711",
         "LoadCredential=broker-uri:/etc/fleetd/credentials/%i/broker-uri",
         "LoadCredential=host-key:/etc/fleetd/credentials/%i/host-key",
         "StateDirectory=fleetd/%i",
@@ -193,6 +195,11 @@ fn the_tmux_units_agree_on_the_socket() {
     let socket = "/run/fleetd-tmux/%i/tmux";
     assert!(TMUX_UNIT.contains(&format!("ExecStart=/usr/bin/tmux -S {socket} new-session")));
     assert!(TMUX_UNIT.contains("RuntimeDirectory=fleetd-tmux/%i"));
+    // fleetd's own user, and no other, may open windows (which run as the login user).
+    assert!(TMUX_UNIT.contains(&format!(
+        "ExecStartPost=/usr/bin/tmux -S {socket} server-access -a fleetd-%i"
+    )));
+    assert!(TMUX_UNIT.contains("User=%i\n"));
     // fleetd's private /tmp hides tmux's default directory: the unit documents the path.
     assert!(UNIT.contains("/run/fleetd-tmux/%i/tmux"));
     assert!(

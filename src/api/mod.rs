@@ -13,7 +13,7 @@ pub mod mcp;
 pub mod peer;
 pub mod request;
 
-pub use peer::{Operators, Peer, PeerClass};
+pub use peer::{Operators, Peer, PeerClass, SocketAccess};
 pub use request::{Call, Request};
 
 use std::collections::HashMap;
@@ -74,15 +74,20 @@ pub enum ApiError {
     },
 }
 
-/// Binds the socket in `runtime_dir` (replacing a stale one).
-pub fn bind(runtime_dir: &Path) -> Result<UnixListener, ApiError> {
+/// Binds the socket in `runtime_dir` (replacing a stale one), reachable as `access` says.
+pub fn bind(runtime_dir: &Path, access: SocketAccess) -> Result<UnixListener, ApiError> {
+    use std::os::unix::fs::PermissionsExt;
     let path = runtime_dir.join(SOCKET);
     let error = |source| ApiError::Listen {
         path: path.clone(),
         source,
     };
+    let (dir_mode, socket_mode) = access.modes();
     std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
         .create(runtime_dir)
+        .map_err(error)?;
+    // Set whatever created it (systemd's RuntimeDirectory=, an earlier run): the mode is ours.
+    std::fs::set_permissions(runtime_dir, std::fs::Permissions::from_mode(dir_mode))
         .map_err(error)?;
     match std::fs::remove_file(&path) {
         Ok(()) => {}
@@ -90,8 +95,7 @@ pub fn bind(runtime_dir: &Path) -> Result<UnixListener, ApiError> {
         Err(e) => return Err(error(e)),
     }
     let listener = UnixListener::bind(&path).map_err(error)?;
-    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600))
-        .map_err(error)?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(socket_mode)).map_err(error)?;
     Ok(listener)
 }
 

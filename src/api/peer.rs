@@ -12,6 +12,29 @@ use std::path::Path;
 /// The file the operator group is looked up in.
 const GROUP_FILE: &str = "/etc/group";
 
+/// Who may reach the socket at all (the kernel's file modes; every peer is classed after).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SocketAccess {
+    /// fleetd's own user (and root): directory 0700, socket 0600. For a host where fleetd and
+    /// its agents share one user.
+    #[default]
+    Owner,
+    /// Every local user may connect (directory 0711, socket 0666): agents under their own
+    /// user reach the API with their tokens; peers that are not the operator and present no
+    /// token are refused and audited.
+    AllUsers,
+}
+
+impl SocketAccess {
+    /// (directory mode, socket mode).
+    pub fn modes(self) -> (u32, u32) {
+        match self {
+            SocketAccess::Owner => (0o700, 0o600),
+            SocketAccess::AllUsers => (0o711, 0o666),
+        }
+    }
+}
+
 /// What a peer is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PeerClass {

@@ -136,6 +136,8 @@ pub struct Config {
     /// The group whose members get the operator's local API (`[api] operator_group`); root and
     /// fleetd's own user always do.
     pub operator_group: Option<String>,
+    /// Who may reach the local API socket (`[api] socket_access`).
+    pub socket_access: crate::api::SocketAccess,
 }
 
 /// A persistent agent kept alive by the lead supervisor: launched through the spawn pipeline
@@ -265,6 +267,7 @@ impl Config {
             peers: PinnedKeys::default(),
             roster: RosterSettings::default(),
             operator_group: None,
+            socket_access: crate::api::SocketAccess::Owner,
             leads: Vec::new(),
         }
     }

@@ -41,6 +41,7 @@ struct RawConfig {
 #[serde(deny_unknown_fields)]
 struct RawApi {
     operator_group: Option<Spanned<String>>,
+    socket_access: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -315,7 +316,20 @@ fn check(raw: RawConfig, path: &Path, text: &str) -> Result<Config, Vec<Diagnost
         extra.push(SecretSpec { name: checked, env });
     }
     config.secrets = secret_specs(config.broker.uri_env.as_ref(), extra);
-    if let Some(group) = raw.api.and_then(|api| api.operator_group) {
+    let (operator_group, socket_access) = raw
+        .api
+        .map_or((None, None), |api| (api.operator_group, api.socket_access));
+    if let Some(access) = socket_access {
+        match access.get_ref().as_str() {
+            "owner" => config.socket_access = crate::api::SocketAccess::Owner,
+            "all-users" => config.socket_access = crate::api::SocketAccess::AllUsers,
+            _ => bad(
+                access.span(),
+                "`api.socket_access` is \"owner\" or \"all-users\"".to_owned(),
+            ),
+        }
+    }
+    if let Some(group) = operator_group {
         let name = group.get_ref();
         let valid = !name.is_empty()
             && name.len() <= 32

@@ -144,3 +144,28 @@ fn leads_load_and_their_names_are_unique() {
         errors[0]
     );
 }
+
+#[test]
+fn the_api_section_names_an_operator_group_and_who_reaches_the_socket() {
+    let config =
+        parse("[api]\noperator_group = \"fleetd-ops\"\nsocket_access = \"all-users\"\n").unwrap();
+    assert_eq!(config.operator_group.as_deref(), Some("fleetd-ops"));
+    assert_eq!(config.socket_access, crate::api::SocketAccess::AllUsers);
+    let defaults = parse("").unwrap();
+    assert_eq!(defaults.operator_group, None);
+    assert_eq!(defaults.socket_access, crate::api::SocketAccess::Owner);
+    for (text, says) in [
+        (
+            "[api]\nsocket_access = \"everyone\"\n",
+            "\"owner\" or \"all-users\"",
+        ),
+        ("[api]\noperator_group = \"ops;rm\"\n", "must name a group"),
+        ("[api]\noperator = \"ops\"\n", "unknown field `operator`"),
+    ] {
+        let diagnostics = parse(text).unwrap_err();
+        assert!(
+            diagnostics.iter().any(|d| d.message.contains(says)),
+            "{text}: {diagnostics:?}"
+        );
+    }
+}

@@ -83,7 +83,7 @@ pub async fn run(
 ) -> Result<(), RunError> {
     let (stop, stopped) = watch::channel(false);
     let mut tasks = JoinSet::new();
-    let listener = api::bind(&config.paths.runtime).map_err(RunError::Api)?;
+    let listener = api::bind(&config.paths.runtime, config.socket_access).map_err(RunError::Api)?;
     let mut api_state = ApiState {
         host: config.host.clone(),
         scrubber: Some(scrubber.clone()),
