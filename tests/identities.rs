@@ -352,8 +352,13 @@ fn agents_under_the_login_user_cannot_reach_fleetds_files_or_authority() {
         .filter(|l| l.contains("\"api.refused\"") && l.contains(&format!("\"uid\":{au}")))
         .count();
     assert!(
-        refusals >= 4,
+        refusals >= 3,
         "each refusal from the pane is audited: {audit}"
+    );
+    assert!(
+        audit.contains("may not spawn")
+            && audit.contains(&format!("\"requested_by\":\"{worker}\"")),
+        "the agent's spawn refused and audited: {audit}"
     );
     assert!(
         !audit.contains(&token[13..]),

@@ -262,3 +262,30 @@ fn one_panes_environment_never_reaches_the_next_pane_the_session_or_the_server()
         "the fleetd session holds exactly the agents' panes"
     );
 }
+
+#[test]
+fn typing_into_a_pane_whose_process_exited_is_refused_and_the_server_survives() {
+    let server = Server::start();
+    let tmux = server.tmux();
+    let pane = tmux.launch(&launch(&["sh", "-c", "exit 0"], &[])).unwrap();
+    let start = Instant::now();
+    while tmux.state(&pane).unwrap() == PaneState::Running {
+        assert!(start.elapsed() < Duration::from_secs(10), "never exited");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // tmux 3.3a crashes (SIGSEGV, every session gone) when it pastes into such a pane.
+    let typed = tmux.send_text(&pane, "hello");
+    assert!(
+        matches!(&typed, Err(PaneError::Refused(why)) if why.contains("has exited")),
+        "{typed:?}"
+    );
+    assert!(
+        tmux.list().unwrap().contains(&pane),
+        "the server is still there"
+    );
+    let buffers = tmux_out(&server, &["list-buffers"]);
+    assert!(
+        !buffers.contains("fleetd-"),
+        "no buffer left behind: {buffers}"
+    );
+}

@@ -41,6 +41,17 @@ impl Home {
         std::fs::create_dir_all(&policy).unwrap();
         let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join(POLICY);
         std::fs::copy(shipped, policy.join("00-echo.toml")).unwrap();
+        // A second profile whose agents may ask for echo agents with their own token.
+        std::fs::write(
+            policy.join("10-boss.toml"),
+            "[profile.boss]\ndescription = \"Delegates to echo agents.\"\n\
+             argv = [\"/bin/sh\", \"-c\", \"echo 'agent> ready'; exec sleep 600\"]\n\
+             roots = [\"/tmp\"]\nmay_spawn = [\"echo\"]\n\
+             [profile.boss.ready]\npattern = \"^agent> ready\"\ntimeout_secs = 15\n\n\
+             [[grant]]\nid = \"local-boss\"\ndescription = \"The operator runs a boss.\"\n\
+             fleets = [\"local\"]\nprofiles = [\"boss\"]\n",
+        )
+        .unwrap();
         Home { dir }
     }
 
@@ -226,7 +237,7 @@ fn one_host_without_a_broker_spawns_sends_and_the_worker_answers_as_itself() {
         ),
         (
             json!({"op": "spawn", "profile": "echo"}),
-            "not yet supported: spawning with an agent token",
+            "profile `echo` may not spawn `echo`",
         ),
         (json!({"op": "status"}), "the operator's"),
         (
@@ -303,11 +314,45 @@ fn one_host_without_a_broker_spawns_sends_and_the_worker_answers_as_itself() {
     assert_eq!(via_mcp["body"]["from"], worker.as_str(), "{via_mcp}");
     let (refused, failed) = session.tool("spawn", json!({"profile": "echo"}));
     assert!(failed, "{refused}");
+    assert!(refused.to_string().contains("may not spawn"), "{refused}");
+    drop(session);
+
+    // A profile whose `may_spawn` names `echo`: its agent's token may ask for an echo (which
+    // the policy still decides), and for nothing else.
+    let boss = home.json(&["spawn", "--profile", "boss", "--label", "boss"])["agent"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let panes = home.tmux(&["list-panes", "-s", "-t", "fleetd", "-F", "#{pane_id}"]);
+    let boss_token = panes
+        .lines()
+        .map(|pane| pane_environ(&home, pane))
+        .find(|env| {
+            env.iter()
+                .any(|(k, v)| k == "FLEETD_AGENT_ID" && *v == boss)
+        })
+        .and_then(|env| {
+            env.into_iter()
+                .find(|(k, _)| k == "FLEETD_AGENT_TOKEN")
+                .map(|(_, v)| v)
+        })
+        .unwrap();
+    let by_boss = raw(
+        &socket,
+        &json!({"op": "spawn", "profile": "echo", "label": "by-boss", "token": boss_token}),
+    );
+    assert_eq!(by_boss["outcome"], "started", "{by_boss}");
+    let refused = raw(
+        &socket,
+        &json!({"op": "spawn", "profile": "boss", "token": boss_token}),
+    );
     assert!(
-        refused.to_string().contains("not yet supported"),
+        refused["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("may not spawn `boss`"),
         "{refused}"
     );
-    drop(session);
 
     // The agent exits: its token dies with it.
     home.tmux(&["send-keys", "-t", &pane, "C-d"]);
@@ -318,6 +363,20 @@ fn one_host_without_a_broker_spawns_sends_and_the_worker_answers_as_itself() {
             == "1")
             .then_some(())
     });
+    // The sweep notices without anyone presenting the token: the roster says `down`.
+    eventually(
+        "the worker down in the roster",
+        Duration::from_secs(10),
+        || {
+            let roster = home.json(&["roster"]);
+            roster["hosts"][0]["agents"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|a| a["id"] == worker.as_str() && a["status"] == "down")
+                .then_some(())
+        },
+    );
     let refused = with_token(json!({"op": "roster"}));
     assert!(
         refused["error"]
@@ -344,8 +403,17 @@ fn one_host_without_a_broker_spawns_sends_and_the_worker_answers_as_itself() {
     let audit = std::fs::read_to_string(&audit_file).unwrap();
     assert_eq!(
         audit.matches("\"api.refused\"").count(),
-        9,
-        "each refusal audited (five out of scope, two bad tokens, MCP's spawn, one revoked): {audit}"
+        7,
+        "each refusal audited (four out of scope, two bad tokens, one revoked): {audit}"
+    );
+    assert_eq!(
+        audit.matches("may not spawn").count(),
+        3,
+        "each spawn its profile does not allow is refused and audited: {audit}"
+    );
+    assert!(
+        audit.contains(&format!("\"requested_by\":\"agent {boss}\"")),
+        "the boss's spawn names it: {audit}"
     );
     assert!(audit.contains("\"agent.revoked\""), "{audit}");
     assert!(

@@ -63,6 +63,11 @@ pub enum Owner {
     Operator,
     /// The lead supervisor (`[[lead]]` in fleetd.toml).
     Lead,
+    /// A local agent, with its capability token (its profile's `may_spawn`).
+    Agent {
+        /// The requesting agent.
+        id: Uuid,
+    },
     /// A spawn request from this gateway `host` of `fleet` (authenticated over the broker).
     Peer {
         /// Its fleet.
@@ -77,6 +82,7 @@ impl std::fmt::Display for Owner {
         match self {
             Owner::Operator => f.write_str("the operator"),
             Owner::Lead => f.write_str("the lead supervisor"),
+            Owner::Agent { id } => write!(f, "agent {id}"),
             Owner::Peer { fleet, host } => write!(f, "`{fleet}/{host}`"),
         }
     }
@@ -294,16 +300,18 @@ impl Registry {
         }
     }
 
-    /// Ends agent `id`'s token (its process ended, its pane closed): later requests with it are
-    /// refused with `why`; the agent is `down` in the roster.
-    pub fn revoke(&self, id: Uuid, why: &str) -> Result<(), RegistryError> {
+    /// Ends agent `id`'s token `hash` (its process ended, its pane closed): later requests with
+    /// it are refused with `why`; the agent is `down` in the roster. A token the agent no longer
+    /// holds (a relaunched lead has a new one) is left alone.
+    pub fn revoke(&self, id: Uuid, hash: TokenHash, why: &str) -> Result<(), RegistryError> {
         let mut agents = self.write();
         let Some(mut agent) = agents.get(&id).cloned() else {
             return Ok(());
         };
-        let Some(hash) = agent.token.take() else {
+        if agent.token != Some(hash) {
             return Ok(());
-        };
+        }
+        agent.token = None;
         agent.status = Some(Status::Down);
         self.store(&mut agents, id, agent)?;
         let mut revoked = self

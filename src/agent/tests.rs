@@ -199,8 +199,13 @@ fn a_token_names_its_agent_until_it_is_revoked_and_bad_tokens_say_why() {
     )
     .unwrap();
     assert!(!record.contains(&text[token::PREFIX.len()..]), "{record}");
+    let (_, stale) = token::mint().unwrap();
     agents
-        .revoke(id, "its process exited with status 0")
+        .revoke(id, stale, "a token it no longer holds")
+        .unwrap();
+    assert_eq!(agents.authenticate(&token).unwrap().0, id, "still valid");
+    agents
+        .revoke(id, hash, "its process exited with status 0")
         .unwrap();
     assert_eq!(
         agents.authenticate(&token).unwrap_err(),

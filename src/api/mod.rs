@@ -238,7 +238,11 @@ pub fn scope(caller: Caller, request: Request) -> Result<Request, String> {
         return Ok(request);
     };
     match request {
-        Request::Roster {} | Request::HeldAck { .. } | Request::Delivery { .. } => Ok(request),
+        // A spawn goes on to the gateway, which checks the agent profile's `may_spawn`.
+        Request::Roster {}
+        | Request::HeldAck { .. }
+        | Request::Delivery { .. }
+        | Request::Spawn(_) => Ok(request),
         Request::Send { to, text, from } => match from {
             Some(from) if from != me => Err(format!(
                 "an agent sends as itself: `from` {from} is not {me}"
@@ -259,11 +263,7 @@ pub fn scope(caller: Caller, request: Request) -> Result<Request, String> {
             }),
         },
         Request::Status {} | Request::AgentOpen { .. } => Err(
-            "this operation is the operator's: an agent token allows send, held.pull, held.ack, delivery and roster"
-                .to_owned(),
-        ),
-        Request::Spawn(_) => Err(
-            "not yet supported: spawning with an agent token (a profile's `may_spawn`)"
+            "this operation is the operator's: an agent token allows send, held.pull, held.ack, delivery, roster and the spawns its profile's `may_spawn` names"
                 .to_owned(),
         ),
     }
@@ -349,7 +349,7 @@ fn answer(call: Call, state: &ApiState, peer: Peer, class: PeerClass) -> Value {
                 found.unwrap_or_else(|| json!({"error": format!("no delivery record for {id} (not sent from this host, or pruned)")}))
             })
         }),
-        Request::Spawn(ask) => via(state, |router| router.spawn(&ask)),
+        Request::Spawn(ask) => via(state, |router| router.spawn(&ask, only)),
     }
 }
 
@@ -476,11 +476,13 @@ mod tests {
         assert!(scope(agent, send(Some(other))).is_err_and(|e| e.contains("sends as itself")));
         assert_eq!(scope(agent, pull(None)), Ok(pull(Some(me))));
         assert!(scope(agent, pull(Some(other))).is_err_and(|e| e.contains("its own held")));
-        // Passed through (the gateway scopes acknowledgements and deliveries to the agent).
+        // Passed through (the gateway scopes acknowledgements and deliveries to the agent, and
+        // checks a spawn against its profile's `may_spawn`).
         for allowed in [
             Request::Roster {},
             Request::HeldAck { id: other },
             Request::Delivery { id: other },
+            Request::Spawn(crate::route::SpawnAsk::default()),
         ] {
             assert_eq!(scope(agent, allowed.clone()), Ok(allowed));
         }
@@ -489,7 +491,6 @@ mod tests {
             Request::AgentOpen {
                 name: "primary".to_owned(),
             },
-            Request::Spawn(crate::route::SpawnAsk::default()),
         ] {
             assert!(scope(agent, refused.clone()).is_err(), "{refused:?}");
         }

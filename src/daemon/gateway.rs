@@ -123,27 +123,7 @@ impl Router for Gateway {
             .authenticate(token)
             .map_err(|e| RouterError::Refused(e.to_string()))?;
         // A token dies with its agent: its pane is asked now, not at the next sweep.
-        let gone = match (&self.spawner, &agent.pane) {
-            (Some(spawner), Some(pane)) => match spawner.mux().state(&PaneId(pane.clone())) {
-                Ok(PaneState::Running) => None,
-                Ok(PaneState::Exited(status)) => {
-                    Some(format!("its process exited with status {status}"))
-                }
-                Err(PaneError::NoPane(_)) => Some("its pane is gone".to_owned()),
-                Err(error) => {
-                    return Err(RouterError::Failed(format!(
-                        "cannot check agent {id}'s pane: {error}"
-                    )));
-                }
-            },
-            _ => Some("it has no pane".to_owned()),
-        };
-        if let Some(why) = gone {
-            agents.revoke(id, &why).map_err(registry_error)?;
-            (self.record)(vec![(
-                "agent.revoked",
-                json!({"agent": id.to_string(), "reason": why}),
-            )]);
+        if let Some(why) = self.retire_if_gone(id, &agent)? {
             return Err(RouterError::Refused(format!(
                 "the agent token of {id} was revoked: {why}"
             )));
@@ -158,7 +138,11 @@ impl Router for Gateway {
         )]);
     }
 
-    fn spawn(&self, ask: &SpawnAsk) -> Result<Value, RouterError> {
+    fn spawn(&self, ask: &SpawnAsk, by: Option<Uuid>) -> Result<Value, RouterError> {
+        let owner = match by {
+            Some(agent) => self.may_spawn(agent, &ask.profile)?,
+            None => Owner::Operator,
+        };
         let me = self.courier.me();
         match &ask.host {
             Some(host)
@@ -173,7 +157,7 @@ impl Router for Gateway {
             }
             _ => {
                 let request = local_request(&me, ask)?;
-                let (reply, name) = self.run_spawn(&request, None, Owner::Operator)?;
+                let (reply, name) = self.run_spawn(&request, None, owner)?;
                 let mut answer = serde_json::to_value(&reply).unwrap_or(Value::Null);
                 if let Some(object) = answer.as_object_mut() {
                     object.remove("v");
@@ -198,6 +182,80 @@ impl Router for Gateway {
 }
 
 impl Gateway {
+    /// Revokes agent `id`'s token when its process exited or its pane is gone (audited as
+    /// `agent.revoked`, the agent `down` in the roster); returns why, or `None` while it runs.
+    pub fn retire_if_gone(
+        &self,
+        id: Uuid,
+        agent: &crate::agent::LocalAgent,
+    ) -> Result<Option<String>, RouterError> {
+        let gone = match (&self.spawner, &agent.pane) {
+            (Some(spawner), Some(pane)) => match spawner.mux().state(&PaneId(pane.clone())) {
+                Ok(PaneState::Running) => None,
+                Ok(PaneState::Exited(status)) => {
+                    Some(format!("its process exited with status {status}"))
+                }
+                Err(PaneError::NoPane(_)) => Some("its pane is gone".to_owned()),
+                Err(error) => {
+                    return Err(RouterError::Failed(format!(
+                        "cannot check agent {id}'s pane: {error}"
+                    )));
+                }
+            },
+            _ => Some("it has no pane".to_owned()),
+        };
+        if let (Some(why), Some(hash)) = (&gone, agent.token) {
+            self.courier
+                .agents()
+                .revoke(id, hash, why)
+                .map_err(registry_error)?;
+            (self.record)(vec![(
+                "agent.revoked",
+                json!({"agent": id.to_string(), "reason": why}),
+            )]);
+            crate::broker::link::announce(&self.courier, &self.roster);
+        }
+        Ok(gone)
+    }
+
+    /// Revokes the token of every pane agent that is gone (one sweep).
+    fn sweep_agents(&self) {
+        for (id, agent) in self.courier.agents().list() {
+            if agent.token.is_some()
+                && let Err(error) = self.retire_if_gone(id, &agent)
+            {
+                tracing::debug!(agent.id = %id, %error, "cannot check an agent's pane");
+            }
+        }
+    }
+
+    /// Whether local agent `agent` may request `profile` with its token: its own profile's
+    /// `may_spawn` must name it. A refusal is audited (`spawn.refused`, nothing launched).
+    fn may_spawn(&self, agent: Uuid, profile: &str) -> Result<Owner, RouterError> {
+        let own = self
+            .courier
+            .agents()
+            .agent(agent)
+            .map(|a| a.profile)
+            .unwrap_or_default();
+        let policy = self.policy.current();
+        let allowed = policy
+            .profiles
+            .get(&own)
+            .is_some_and(|p| p.may_spawn.iter().any(|m| m == profile));
+        if allowed {
+            return Ok(Owner::Agent { id: agent });
+        }
+        let reason = format!(
+            "agent {agent}'s profile `{own}` may not spawn `{profile}` (its `may_spawn` does not name it)"
+        );
+        (self.record)(vec![(
+            "spawn.refused",
+            json!({"requested_by": agent.to_string(), "profile": profile, "reasons": [reason]}),
+        )]);
+        Err(RouterError::Refused(reason))
+    }
+
     /// Runs the spawn pipeline for `request` (its origin already authenticated) on behalf of
     /// `owner`, registers and announces a started agent, and audits the outcome. Returns the
     /// reply and, when started, the agent's name. `message` is the spawn request's message id,
@@ -218,6 +276,7 @@ impl Gateway {
                     .to_owned(),
             ));
         };
+        let owner_text = owner.to_string();
         let policy = self.policy.current();
         let resolve = |reference: &SecretRef| {
             let value = match reference {
@@ -341,6 +400,7 @@ impl Gateway {
             json!({
                 "request": message.map(|m| m.to_string()),
                 "origin": {"fleet": request.origin.fleet, "host": request.origin.host},
+                "requested_by": owner_text,
                 "profile": request.profile,
                 "env": request.env.keys().collect::<Vec<_>>(),
                 "outcome": reply.outcome,
@@ -558,6 +618,20 @@ pub async fn serve_spawns(gateway: Arc<Gateway>, mut stop: tokio::sync::watch::R
         }
         let gateway = Arc::clone(&gateway);
         let _ = tokio::task::spawn_blocking(move || gateway.serve_spawn_requests()).await;
+    }
+}
+
+/// Every two seconds, revokes the tokens of pane agents whose process exited or whose pane is
+/// gone, until `stop` turns true (a token presented meanwhile is checked on the spot).
+pub async fn sweep_agents(gateway: Arc<Gateway>, mut stop: tokio::sync::watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(2));
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.changed() => return,
+        }
+        let gateway = Arc::clone(&gateway);
+        let _ = tokio::task::spawn_blocking(move || gateway.sweep_agents()).await;
     }
 }
 

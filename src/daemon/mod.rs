@@ -158,6 +158,7 @@ pub async fn run(
             })
             .collect(),
     });
+    tasks.spawn(gateway::sweep_agents(Arc::clone(&gateway), stopped.clone()));
     tasks.spawn(leads::supervise(
         Arc::clone(&gateway),
         config.leads.clone(),

@@ -15,6 +15,8 @@ use super::sanitize::sanitize;
 use super::{Launch, Multiplexer, PaneError, PaneId, PaneState};
 
 const BACKEND: &str = "tmux";
+/// What the paste command prints when it found the pane dead (and typed nothing).
+const DEAD_PANE: &str = "fleetd-pane-dead";
 
 /// How fleetd reaches the tmux server.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -216,30 +218,36 @@ impl Multiplexer for Tmux {
         )?;
         // Paste and Enter in one command list: the server runs both in one go, so a fleetd
         // killed meanwhile never leaves a pasted line without its Enter (which the next message
-        // would be appended to).
+        // would be appended to). And only into a live pane, decided in the same go: tmux 3.3a
+        // crashes — every session with it — when it pastes into a pane whose process has exited
+        // (remain-on-exit keeps the pane, without its terminal). The server does not handle a
+        // child's exit between `if-shell -F`'s check and the paste.
+        let paste = format!("paste-buffer -p -d -b {buffer} -t {pane} ; send-keys -t {pane} Enter");
+        let skip = format!("delete-buffer -b {buffer} ; display-message -p {DEAD_PANE}");
         let pasted = self.on_pane(
             "paste-buffer",
             pane,
             &[
-                "paste-buffer",
-                "-p",
-                "-d",
-                "-b",
-                &buffer,
+                "if-shell",
+                "-F",
                 "-t",
                 &pane.0,
-                ";",
-                "send-keys",
-                "-t",
-                &pane.0,
-                "Enter",
+                "#{pane_dead}",
+                &skip,
+                &paste,
             ],
             b"",
         );
-        if pasted.is_err() {
-            let _ = self.run("delete-buffer", &["delete-buffer", "-b", &buffer], b"");
+        match pasted {
+            Ok(out) if out.contains(DEAD_PANE) => Err(PaneError::Refused(format!(
+                "pane {pane}'s process has exited: nothing typed"
+            ))),
+            Ok(_) => Ok(()),
+            Err(error) => {
+                let _ = self.run("delete-buffer", &["delete-buffer", "-b", &buffer], b"");
+                Err(error)
+            }
         }
-        pasted.map(drop)
     }
 
     fn read(&self, pane: &PaneId, lines: usize) -> Result<String, PaneError> {

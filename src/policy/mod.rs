@@ -217,6 +217,27 @@ fn cross_checks(
             .map(|(_, t)| t.as_str())
             .unwrap_or_default()
     };
+    for profile in set.profiles.values() {
+        for name in profile.may_spawn.iter().filter(|n| !defined.contains(*n)) {
+            let text = text_of(&profile.location.file);
+            let start = line_offset(text, profile.location.line);
+            let end = text
+                .get(start..)
+                .and_then(|r| r.find('\n'))
+                .map_or(text.len(), |n| start + n);
+            diagnostics.push(Diagnostic::new(
+                Severity::Error,
+                "unknown-profile",
+                &profile.location.file,
+                text,
+                start..end,
+                format!(
+                    "profile `{}` may spawn `{name}`, which no policy file defines",
+                    profile.name
+                ),
+            ));
+        }
+    }
     for grant in &set.grants {
         if grant.hosts.as_ref().is_some_and(|h| h.is_empty())
             || grant.fleets.is_empty()

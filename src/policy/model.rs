@@ -89,6 +89,9 @@ pub struct Profile {
     pub max_instances: u32,
     /// The readiness gate.
     pub ready: Readiness,
+    /// Profiles its agents may request with their capability token (`may_spawn`; none when
+    /// absent). Each such request is still decided by the policy, with this host as origin.
+    pub may_spawn: Vec<String>,
     /// Where it was defined.
     pub location: Location,
 }

@@ -96,6 +96,12 @@ pub(super) const PROFILE: &[Field] = &[
         "most instances running at once (default 1)",
     ),
     f("ready", Kind::Table(READY), false, "the readiness gate"),
+    f(
+        "may_spawn",
+        Kind::StrArray,
+        false,
+        "profiles this profile's agents may request with their own token (each request still goes through the policy)",
+    ),
 ];
 
 pub(super) const ENV_RULE: &[Field] = &[

@@ -644,3 +644,25 @@ fn the_schema_lists_exactly_the_keys_the_parser_knows() {
         json!(["argv", "roots"])
     );
 }
+
+#[test]
+fn may_spawn_names_defined_profiles_only() {
+    let text = "[profile.lead]\nargv = [\"/bin/x\"]\nroots = [\"/srv\"]\nmay_spawn = [\"worker\"]\n\
+                [profile.worker]\nargv = [\"/bin/y\"]\nroots = [\"/srv\"]\n";
+    let (set, diagnostics) = load_sources(&[(PathBuf::from("m.toml"), text.to_owned())]);
+    let set = set.unwrap_or_else(|_| panic!("{diagnostics:?}"));
+    assert_eq!(set.profiles["lead"].may_spawn, ["worker"]);
+    assert!(
+        set.profiles["worker"].may_spawn.is_empty(),
+        "none by default"
+    );
+    let typo = text.replace("may_spawn = [\"worker\"]", "may_spawn = [\"wroker\"]");
+    let (result, diagnostics) = load_sources(&[(PathBuf::from("m.toml"), typo)]);
+    assert!(result.is_err());
+    assert!(
+        diagnostics.iter().any(|d| d.code == "unknown-profile"
+            && d.message.contains("may spawn `wroker`")
+            && d.line == 1),
+        "{diagnostics:?}"
+    );
+}

@@ -106,8 +106,9 @@ pub trait Router: Send + Sync {
     /// Records a refused local API request (from peer uid `uid`) in the audit log.
     fn refused(&self, agent: Option<Uuid>, uid: u32, op: &str, reason: &str);
     /// Runs the spawn pipeline for a request made on this host, or asks another host; the
-    /// outcome with its reasons.
-    fn spawn(&self, ask: &SpawnAsk) -> Result<Value, RouterError>;
+    /// outcome with its reasons. `by`: the local agent asking with its token (its profile's
+    /// `may_spawn` must name the profile), or the operator.
+    fn spawn(&self, ask: &SpawnAsk, by: Option<Uuid>) -> Result<Value, RouterError>;
 }
 
 #[cfg(test)]

@@ -129,6 +129,12 @@ impl Ctx<'_> {
                 accept_dialogs: false,
             },
         };
+        let may_spawn = self
+            .strings(table, "may_spawn", &what)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(s, _)| s)
+            .collect();
         ok.then(|| Profile {
             name: name.get_ref().to_string(),
             argv,
@@ -137,6 +143,7 @@ impl Ctx<'_> {
             secrets,
             max_instances: u32::try_from(max_instances).unwrap_or(1),
             ready,
+            may_spawn,
             location: self.location(&name.span()),
         })
     }
