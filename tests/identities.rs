@@ -4,7 +4,8 @@
 //! fleetd reaches through a `-S` socket and tmux's `server-access`. From inside a spawned pane
 //! (as the login user) fleetd's files are out of reach (EACCES) and the local API gives only
 //! what the agent's token allows; the agent still answers its primary with a bare `fleetd send`.
-//! A third user can neither open windows on the login user's server nor use the API.
+//! A third user can neither open windows on the login user's server nor use the API. `fleetd
+//! mcp` with the pane's variables, as the login user, sends as the worker.
 
 #![allow(
     clippy::unwrap_used,
@@ -21,6 +22,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use common::mcp::Session;
 use common::{BIN, eventually, spawn_logged, terminate, wait_for};
 use serde_json::{Value, json};
 
@@ -322,12 +324,41 @@ fn agents_under_the_login_user_cannot_reach_fleetds_files_or_authority() {
         "nothing was sent as the primary: {forged}"
     );
 
-    // The agent exits; its token is refused from then on.
+    // `fleetd mcp` as the login user with the pane's three variables — what the agent starts
+    // in its pane — is the worker's MCP server: its send arrives as the worker.
     let environ = std::fs::read(format!("/proc/{pane_pid}/environ")).unwrap();
-    let token = String::from_utf8_lossy(&environ)
-        .split('\0')
-        .find_map(|kv| kv.strip_prefix("FLEETD_AGENT_TOKEN=").map(str::to_owned))
-        .unwrap();
+    let pane_var = |name: &str| {
+        String::from_utf8_lossy(&environ)
+            .split('\0')
+            .find_map(|kv| kv.strip_prefix(&format!("{name}=")).map(str::to_owned))
+            .unwrap()
+    };
+    let token = pane_var("FLEETD_AGENT_TOKEN");
+    let mut mcp = as_user(au, ag, bin.to_str().unwrap());
+    mcp.arg("mcp")
+        .env_clear()
+        .env("HOME", &out)
+        .env("PATH", "/usr/bin:/bin");
+    for name in ["FLEETD_AGENT_ID", "FLEETD_SOCKET", "FLEETD_AGENT_TOKEN"] {
+        mcp.env(name, pane_var(name));
+    }
+    let mut session = Session::start_with(mcp);
+    session.initialize();
+    let (sent, failed) = session.tool("send", json!({"to": primary, "text": "via mcp"}));
+    assert!(!failed, "{sent}");
+    let via_mcp = eventually("the MCP reply", Duration::from_secs(20), || {
+        let held = operator(&["inbox", "pull", "--agent", &primary, "--json"]);
+        held["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["body"]["text"] == "via mcp")
+            .cloned()
+    });
+    assert_eq!(via_mcp["body"]["from"], worker.as_str(), "{via_mcp}");
+    drop(session);
+
+    // The agent exits; its token is refused from then on.
     tmux(&["send-keys", "-t", pane_id, "C-d"]);
     eventually("the agent's exit", Duration::from_secs(10), || {
         let dead = tmux(&["display-message", "-p", "-t", pane_id, "#{pane_dead}"]);

@@ -52,6 +52,16 @@ max_instances = 1
 pattern = "^agent> ready"
 timeout_secs = 15
 
+[profile.plain]
+description = "An agent with no secret."
+argv = ["/bin/sh", "-c", "echo 'agent> ready'; exec sleep 600"]
+roots = ["{work}"]
+max_instances = 1
+
+[profile.plain.ready]
+pattern = "^agent> ready"
+timeout_secs = 15
+
 [profile.maintenance]
 description = "Not granted to anyone."
 argv = ["/bin/sh"]
@@ -69,7 +79,7 @@ id = "local-workers"
 description = "This host's own primary."
 fleets = ["{fleet}"]
 hosts = ["{host}"]
-profiles = ["worker", "asks"]
+profiles = ["worker", "asks", "plain"]
 
 [grant.env.MODE]
 pattern = "fast|slow"
@@ -131,6 +141,54 @@ fn a_granted_profile_starts_ready_with_its_secret_and_refusals_carry_reasons() {
     );
     let roster = host.api(&serde_json::json!({"op": "roster"})).to_string();
     assert!(roster.contains(&agent) && roster.contains("w1"), "{roster}");
+
+    // A second profile, with no secret, spawned after the first: its pane has none of the
+    // first one's variables, and no tmux environment (global or any session's) holds one.
+    let (ok, plain) = host.spawn_cli(&["--profile", "plain", "--json"]);
+    assert!(ok, "{plain}");
+    let plain: serde_json::Value = serde_json::from_str(&plain).unwrap();
+    let plain_id = plain["agent"].as_str().unwrap();
+    let plain_env = tmux
+        .panes()
+        .iter()
+        .map(|pane| {
+            let pid = tmux.run(&["display-message", "-p", "-t", pane, "#{pane_pid}"]);
+            std::fs::read(format!("/proc/{}/environ", pid.trim()))
+                .map(|b| String::from_utf8_lossy(&b).into_owned())
+                .unwrap_or_default()
+        })
+        .find(|env| env.contains(&format!("FLEETD_AGENT_ID={plain_id}")))
+        .expect("the plain agent's pane");
+    let names: Vec<&str> = plain_env
+        .split('\0')
+        .filter_map(|kv| kv.split_once('=').map(|(k, _)| k))
+        .collect();
+    for name in ["TOKEN", "ENVTOK", "MODE"] {
+        assert!(!names.contains(&name), "the second pane got `{name}`");
+    }
+    assert!(
+        !plain_env.contains(&canary) && !plain_env.contains(&env_canary),
+        "the second pane holds the first one's secret"
+    );
+    let mut environments = tmux.run(&["show-environment", "-g"]);
+    for session in tmux
+        .run(&["list-sessions", "-F", "#{session_name}"])
+        .lines()
+    {
+        environments.push_str(&tmux.run(&["show-environment", "-t", session]));
+    }
+    for leaked in [
+        canary.as_str(),
+        env_canary.as_str(),
+        "TOKEN",
+        "MODE=",
+        "FLEETD_",
+    ] {
+        assert!(
+            !environments.contains(leaked),
+            "tmux's environment holds `{leaked}`: {environments}"
+        );
+    }
 
     // A message for the agent is typed into its pane once — escape sequences taken out, a
     // registered secret redacted — and only then reported delivered.
