@@ -148,17 +148,7 @@ fn a_granted_profile_starts_ready_with_its_secret_and_refusals_carry_reasons() {
     assert!(ok, "{plain}");
     let plain: serde_json::Value = serde_json::from_str(&plain).unwrap();
     let plain_id = plain["agent"].as_str().unwrap();
-    let plain_env = tmux
-        .panes()
-        .iter()
-        .map(|pane| {
-            let pid = tmux.run(&["display-message", "-p", "-t", pane, "#{pane_pid}"]);
-            std::fs::read(format!("/proc/{}/environ", pid.trim()))
-                .map(|b| String::from_utf8_lossy(&b).into_owned())
-                .unwrap_or_default()
-        })
-        .find(|env| env.contains(&format!("FLEETD_AGENT_ID={plain_id}")))
-        .expect("the plain agent's pane");
+    let plain_env = tmux.agent_environ(plain_id);
     let names: Vec<&str> = plain_env
         .split('\0')
         .filter_map(|kv| kv.split_once('=').map(|(k, _)| k))
@@ -170,13 +160,7 @@ fn a_granted_profile_starts_ready_with_its_secret_and_refusals_carry_reasons() {
         !plain_env.contains(&canary) && !plain_env.contains(&env_canary),
         "the second pane holds the first one's secret"
     );
-    let mut environments = tmux.run(&["show-environment", "-g"]);
-    for session in tmux
-        .run(&["list-sessions", "-F", "#{session_name}"])
-        .lines()
-    {
-        environments.push_str(&tmux.run(&["show-environment", "-t", session]));
-    }
+    let environments = tmux.environments();
     for leaked in [
         canary.as_str(),
         env_canary.as_str(),

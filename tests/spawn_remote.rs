@@ -182,36 +182,18 @@ max_instances = 1
     // one's, and no tmux environment (global or any session's) holds an agent variable.
     let (ok, second) = spawn(&laptop, &["--host", "w1", "--profile", "worker"]);
     assert!(ok, "{second}");
-    let environ_of = |agent: &str| {
-        tmux.panes()
-            .iter()
-            .map(|pane| {
-                let pid = tmux.run(&["display-message", "-p", "-t", pane, "#{pane_pid}"]);
-                std::fs::read(format!("/proc/{}/environ", pid.trim()))
-                    .map(|b| String::from_utf8_lossy(&b).into_owned())
-                    .unwrap_or_default()
-            })
-            .find(|env| env.contains(&format!("FLEETD_AGENT_ID={agent}")))
-            .unwrap_or_else(|| panic!("no pane runs agent {agent}"))
-    };
     let token_of = |env: &str| {
         env.split('\0')
             .find_map(|kv| kv.strip_prefix("FLEETD_AGENT_TOKEN=").map(str::to_owned))
             .unwrap()
     };
-    let first_env = environ_of(&worker);
-    let second_env = environ_of(second["agent"].as_str().unwrap());
+    let first_env = tmux.agent_environ(&worker);
+    let second_env = tmux.agent_environ(second["agent"].as_str().unwrap());
     assert!(
         !second_env.contains(&token_of(&first_env)),
         "the second pane holds the first agent's token"
     );
-    let mut environments = tmux.run(&["show-environment", "-g"]);
-    for session in tmux
-        .run(&["list-sessions", "-F", "#{session_name}"])
-        .lines()
-    {
-        environments.push_str(&tmux.run(&["show-environment", "-t", session]));
-    }
+    let environments = tmux.environments();
     assert!(!environments.contains("FLEETD_"), "{environments}");
 
     let audit_file = w1.state_dir().join("audit.jsonl");

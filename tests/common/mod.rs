@@ -418,6 +418,33 @@ impl TmuxServer {
             .collect()
     }
 
+    /// The environment (NUL-separated) of the process in the pane that runs agent `agent`
+    /// (its `FLEETD_AGENT_ID`).
+    pub fn agent_environ(&self, agent: &str) -> String {
+        self.panes()
+            .iter()
+            .map(|pane| {
+                let pid = self.run(&["display-message", "-p", "-t", pane, "#{pane_pid}"]);
+                std::fs::read(format!("/proc/{}/environ", pid.trim()))
+                    .map(|b| String::from_utf8_lossy(&b).into_owned())
+                    .unwrap_or_default()
+            })
+            .find(|env| env.contains(&format!("FLEETD_AGENT_ID={agent}")))
+            .unwrap_or_else(|| panic!("no pane runs agent {agent}"))
+    }
+
+    /// Every environment tmux keeps: the global one and each session's.
+    pub fn environments(&self) -> String {
+        let mut all = self.run(&["show-environment", "-g"]);
+        for session in self
+            .run(&["list-sessions", "-F", "#{session_name}"])
+            .lines()
+        {
+            all.push_str(&self.run(&["show-environment", "-t", session]));
+        }
+        all
+    }
+
     /// The config line that points a daemon at this server.
     pub fn config_line(&self) -> String {
         format!("tmux_socket = \"{}\"\n", self.0)
