@@ -1,24 +1,22 @@
 //! The gateway behind the local API: the routing fork over the roster, carried out by the
-//! broker's courier (local hold, or the outbox and the broker).
+//! broker's courier (local hold, or the outbox and the broker); agent tokens checked against
+//! their panes (and swept). Spawning is `spawning.rs`.
 
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::agent::{Owner, Registration, RegistryError};
-use crate::api::{ENV_AGENT_ID, ENV_AGENT_TOKEN, ENV_SOCKET};
+use super::spawning::local_request;
+use crate::agent::{Owner, RegistryError};
 use crate::broker::deliver::{Courier, CourierError};
 use crate::broker::link::Recorder;
 use crate::daemon::policy::PolicyHandle;
 use crate::pane::{PaneError, PaneId, PaneState};
-use crate::policy::{Request, SecretRef};
 use crate::roster::Roster;
 use crate::route::{self, Route, Router, RouterError, SpawnAsk};
-use crate::secret::{SecretName, lookup};
-use crate::spawn::{Outcome, Spawner};
+use crate::spawn::Spawner;
 use crate::wire::{MAX_TEXT, Party};
-use crate::wire::{SpawnOutcome, SpawnReply, SpawnRequest};
 use secrecy::SecretString;
 
 /// The gateway of one host.
@@ -228,343 +226,9 @@ impl Gateway {
             }
         }
     }
-
-    /// Whether local agent `agent` may request `profile` with its token: its own profile's
-    /// `may_spawn` must name it. A refusal is audited (`spawn.refused`, nothing launched).
-    fn may_spawn(&self, agent: Uuid, profile: &str) -> Result<Owner, RouterError> {
-        let own = self
-            .courier
-            .agents()
-            .agent(agent)
-            .map(|a| a.profile)
-            .unwrap_or_default();
-        let policy = self.policy.current();
-        let allowed = policy
-            .profiles
-            .get(&own)
-            .is_some_and(|p| p.may_spawn.iter().any(|m| m == profile));
-        if allowed {
-            return Ok(Owner::Agent { id: agent });
-        }
-        let reason = format!(
-            "agent {agent}'s profile `{own}` may not spawn `{profile}` (its `may_spawn` does not name it)"
-        );
-        (self.record)(vec![(
-            "spawn.refused",
-            json!({"requested_by": agent.to_string(), "profile": profile, "reasons": [reason]}),
-        )]);
-        Err(RouterError::Refused(reason))
-    }
-
-    /// Runs the spawn pipeline for `request` (its origin already authenticated) on behalf of
-    /// `owner`, registers and announces a started agent, and audits the outcome. Returns the
-    /// reply and, when started, the agent's name. `message` is the spawn request's message id,
-    /// when it came over the broker.
-    ///
-    /// A label another agent holds is refused before anything is launched (and checked again
-    /// when the agent is registered: a launch that lost the name meanwhile is closed); without
-    /// a label the agent is named `PROFILE-N` (N from its pane), made unique.
-    pub fn run_spawn(
-        &self,
-        request: &Request,
-        message: Option<Uuid>,
-        owner: Owner,
-    ) -> Result<(SpawnReply, Option<String>), RouterError> {
-        let Some(spawner) = &self.spawner else {
-            return Err(RouterError::Failed(
-                "no multiplexer: herdr was not reachable when fleetd started (see its log)"
-                    .to_owned(),
-            ));
-        };
-        let owner_text = owner.to_string();
-        let policy = self.policy.current();
-        let resolve = |reference: &SecretRef| {
-            let value = match reference {
-                SecretRef::Env(var) => self.env_secrets.get(var).cloned().ok_or_else(|| {
-                    format!(
-                        "`env:{var}` is not a secret this daemon read at start (declare it in \
-                         fleetd.toml: [secrets.NAME] env = \"{var}\")"
-                    )
-                })?,
-                other => secret_value(other)?,
-            };
-            // From now on no log line, audit record or reply can carry it.
-            let _ = self.scrubber.register(&reference.to_string(), &value);
-            Ok(value)
-        };
-        let agents = self.courier.agents();
-        // The agent's identity exists before its pane: its id and token go into the pane's
-        // environment, and are registered once it passed its gate.
-        let identity = agents
-            .reserve(request.label.as_deref(), &owner)
-            .map_err(|error| error.to_string())
-            .and_then(|id| {
-                let (token, hash) = crate::agent::token::mint()
-                    .map_err(|e| format!("cannot mint the agent's token: {e}"))?;
-                // No log line, audit record, reply or typed text can carry it from now on.
-                let _ = self.scrubber.register(ENV_AGENT_TOKEN, &token);
-                Ok((id, token, hash))
-            });
-        let outcome = match &identity {
-            Ok((id, token, _)) => {
-                let id_text = SecretString::from(id.to_string());
-                let socket = SecretString::from(self.socket.display().to_string());
-                spawner.spawn(
-                    &policy,
-                    request,
-                    &resolve,
-                    &[
-                        (ENV_AGENT_ID, &id_text),
-                        (ENV_SOCKET, &socket),
-                        (ENV_AGENT_TOKEN, token),
-                    ],
-                )
-            }
-            Err(reason) => Outcome::Refused {
-                rules: Vec::new(),
-                reasons: vec![reason.clone()],
-            },
-        };
-        let outcome = match outcome {
-            Outcome::Started {
-                pane,
-                profile,
-                rules,
-            } => {
-                let name = request.label.clone().unwrap_or_else(|| {
-                    agents.free_name(&format!("{profile}-{}", pane.0.trim_start_matches('%')))
-                });
-                let registered =
-                    identity
-                        .map_err(RegistryError::Refused)
-                        .and_then(|(id, _, hash)| {
-                            agents.register(Registration {
-                                id,
-                                name: name.clone(),
-                                profile: profile.clone(),
-                                pane: pane.0.clone(),
-                                owner: owner.clone(),
-                                token: Some(hash),
-                            })
-                        });
-                match registered {
-                    Ok(id) => Registered::Started { id, name, rules },
-                    Err(error) => {
-                        // Another spawn took the name while this one waited for its gate.
-                        let _ = spawner.mux().close(&pane);
-                        Registered::Refused {
-                            rules,
-                            reasons: vec![error.to_string()],
-                        }
-                    }
-                }
-            }
-            Outcome::Refused { rules, reasons } => Registered::Refused { rules, reasons },
-            Outcome::Failed { reason } => Registered::Failed { reason },
-        };
-        let mut reply = SpawnReply {
-            v: crate::wire::VERSION,
-            request: message.unwrap_or_default(),
-            outcome: SpawnOutcome::Failed,
-            agent: None,
-            reasons: Vec::new(),
-        };
-        let mut name = None;
-        let mut rules_decided = Vec::new();
-        let event = match outcome {
-            Registered::Started {
-                id,
-                name: agent_name,
-                rules,
-            } => {
-                crate::broker::link::announce(&self.courier, &self.roster);
-                reply.outcome = SpawnOutcome::Started;
-                reply.agent = Some(id);
-                name = Some(agent_name);
-                rules_decided = rules;
-                "spawn.started"
-            }
-            Registered::Refused { rules, reasons } => {
-                reply.outcome = SpawnOutcome::Refused;
-                reply.reasons = reasons;
-                rules_decided = rules;
-                "spawn.refused"
-            }
-            Registered::Failed { reason } => {
-                reply.reasons = vec![reason];
-                "spawn.failed"
-            }
-        };
-        (self.record)(vec![(
-            event,
-            json!({
-                "request": message.map(|m| m.to_string()),
-                "origin": {"fleet": request.origin.fleet, "host": request.origin.host},
-                "requested_by": owner_text,
-                "profile": request.profile,
-                "env": request.env.keys().collect::<Vec<_>>(),
-                "outcome": reply.outcome,
-                "agent": reply.agent.map(|a| a.to_string()),
-                "rules": rules_decided,
-                "reasons": reply.reasons,
-            }),
-        )]);
-        Ok((reply, name))
-    }
-
-    /// Asks gateway `host` (of `fleet`, or the fleet the roster places it in) to spawn, and waits
-    /// for its reply (up to the API's spawn limit).
-    fn spawn_remote(
-        &self,
-        host: &str,
-        fleet: Option<String>,
-        ask: &SpawnAsk,
-    ) -> Result<Value, RouterError> {
-        let fleet = match fleet {
-            Some(fleet) => fleet,
-            None => {
-                let rows = self.roster.lock().map(|r| r.view()).unwrap_or_default();
-                let mut fleets: Vec<String> = rows
-                    .into_iter()
-                    .filter(|r| r.host == host)
-                    .map(|r| r.fleet)
-                    .collect();
-                fleets.dedup();
-                match fleets.as_slice() {
-                    [one] => one.clone(),
-                    [] => {
-                        return Err(RouterError::Invalid(format!(
-                            "host `{host}` is not in the roster (give `--fleet`)"
-                        )));
-                    }
-                    _ => {
-                        return Err(RouterError::Invalid(format!(
-                            "host `{host}` is in several fleets: give `--fleet`"
-                        )));
-                    }
-                }
-            }
-        };
-        let request = SpawnRequest {
-            v: crate::wire::VERSION,
-            profile: ask.profile.clone(),
-            env: ask.env.clone(),
-            cwd: ask.cwd.clone(),
-            label: ask.label.clone(),
-        };
-        let id = self
-            .courier
-            .request_spawn(
-                Party {
-                    fleet: fleet.clone(),
-                    host: host.to_owned(),
-                },
-                request,
-            )
-            .map_err(courier_error)?;
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(290);
-        loop {
-            if let Some((_, reply)) = self.courier.take_spawn_reply(id).map_err(courier_error)? {
-                return Ok(json!({
-                    "outcome": reply.outcome,
-                    "agent": reply.agent.map(|a| a.to_string()),
-                    "reasons": reply.reasons,
-                    "host": host,
-                    "fleet": fleet,
-                    "request": id.to_string(),
-                }));
-            }
-            if std::time::Instant::now() > deadline {
-                return Err(RouterError::Failed(format!(
-                    "no reply from `{host}` to spawn request {id}; it may still answer (`fleetd inbox pull`)"
-                )));
-            }
-            std::thread::sleep(std::time::Duration::from_millis(200));
-        }
-    }
-
-    /// Runs every spawn request from another host waiting in the held store, and replies.
-    fn serve_spawn_requests(&self) {
-        let Ok(waiting) = self.courier.spawn_requests() else {
-            return;
-        };
-        for (held, body) in waiting {
-            let request = checked_request(&held.origin, &body);
-            let reply = match request {
-                Ok(request) => match self.run_spawn(
-                    &request,
-                    Some(held.id),
-                    Owner::Peer {
-                        fleet: held.origin.fleet.clone(),
-                        host: held.origin.host.clone(),
-                    },
-                ) {
-                    Ok((reply, _)) => reply,
-                    Err(reason) => failed_reply(held.id, reason.to_string()),
-                },
-                Err(error) => {
-                    let reply = SpawnReply {
-                        v: crate::wire::VERSION,
-                        request: held.id,
-                        outcome: SpawnOutcome::Refused,
-                        agent: None,
-                        reasons: vec![error.to_string()],
-                    };
-                    (self.record)(vec![(
-                        "spawn.refused",
-                        json!({"request": held.id.to_string(), "origin": {"fleet": held.origin.fleet, "host": held.origin.host}, "reasons": reply.reasons}),
-                    )]);
-                    reply
-                }
-            };
-            if let Err(error) = self.courier.answer_spawn(&held, &reply) {
-                tracing::warn!(%error, "cannot queue a spawn reply; the request stays held");
-            }
-        }
-    }
 }
 
-/// The policy request for spawn request `body` from `origin`, checked as any request is (names,
-/// values, cwd); the origin is the authenticated one, never a field of the body.
-pub fn checked_request(
-    origin: &Party,
-    body: &SpawnRequest,
-) -> Result<Request, crate::policy::RequestError> {
-    let mut fields = serde_json::Map::new();
-    fields.insert(
-        "origin".to_owned(),
-        json!({"fleet": origin.fleet, "host": origin.host}),
-    );
-    fields.insert("profile".to_owned(), json!(body.profile));
-    fields.insert("env".to_owned(), json!(body.env));
-    if let Some(cwd) = &body.cwd {
-        fields.insert("cwd".to_owned(), json!(cwd));
-    }
-    if let Some(label) = &body.label {
-        fields.insert("label".to_owned(), json!(label));
-    }
-    Request::from_value(&Value::Object(fields))
-}
-
-/// The policy request for a spawn asked on this host: its origin is this host.
-fn local_request(me: &Party, ask: &SpawnAsk) -> Result<Request, RouterError> {
-    let mut fields = serde_json::Map::new();
-    fields.insert(
-        "origin".to_owned(),
-        json!({"fleet": me.fleet, "host": me.host}),
-    );
-    fields.insert("profile".to_owned(), json!(ask.profile));
-    fields.insert("env".to_owned(), json!(ask.env));
-    if let Some(cwd) = &ask.cwd {
-        fields.insert("cwd".to_owned(), json!(cwd));
-    }
-    if let Some(label) = &ask.label {
-        fields.insert("label".to_owned(), json!(label));
-    }
-    Request::from_value(&Value::Object(fields)).map_err(|e| RouterError::Invalid(e.to_string()))
-}
-
-fn courier_error(error: CourierError) -> RouterError {
+pub(super) fn courier_error(error: CourierError) -> RouterError {
     match error {
         CourierError::Invalid(reason) => RouterError::Invalid(reason),
         CourierError::NoBroker => RouterError::NoBroker {
@@ -574,50 +238,10 @@ fn courier_error(error: CourierError) -> RouterError {
     }
 }
 
-fn registry_error(error: RegistryError) -> RouterError {
+pub(super) fn registry_error(error: RegistryError) -> RouterError {
     match error {
         RegistryError::State(error) => RouterError::Failed(error.to_string()),
         other => RouterError::Invalid(other.to_string()),
-    }
-}
-
-/// A spawn's outcome once a started agent is registered under its name.
-enum Registered {
-    Started {
-        id: Uuid,
-        name: String,
-        rules: Vec<crate::policy::RuleId>,
-    },
-    Refused {
-        rules: Vec<crate::policy::RuleId>,
-        reasons: Vec<String>,
-    },
-    Failed {
-        reason: String,
-    },
-}
-
-fn failed_reply(request: Uuid, reason: String) -> SpawnReply {
-    SpawnReply {
-        v: crate::wire::VERSION,
-        request,
-        outcome: SpawnOutcome::Failed,
-        agent: None,
-        reasons: vec![reason],
-    }
-}
-
-/// Serves spawn requests from other hosts until `stop` turns true (one at a time: each waits
-/// for its readiness gate).
-pub async fn serve_spawns(gateway: Arc<Gateway>, mut stop: tokio::sync::watch::Receiver<bool>) {
-    let mut tick = tokio::time::interval(std::time::Duration::from_millis(250));
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = stop.changed() => return,
-        }
-        let gateway = Arc::clone(&gateway);
-        let _ = tokio::task::spawn_blocking(move || gateway.serve_spawn_requests()).await;
     }
 }
 
@@ -633,21 +257,4 @@ pub async fn sweep_agents(gateway: Arc<Gateway>, mut stop: tokio::sync::watch::R
         let gateway = Arc::clone(&gateway);
         let _ = tokio::task::spawn_blocking(move || gateway.sweep_agents()).await;
     }
-}
-
-/// A profile's secret reference resolved on this host.
-fn secret_value(reference: &SecretRef) -> Result<SecretString, String> {
-    let (keyring, name) = match reference {
-        SecretRef::Credential(name) => (false, name),
-        SecretRef::Keyring(name) => (true, name),
-        SecretRef::Env(var) => {
-            return Err(format!(
-                "`env:{var}` is resolved from the daemon's start-up secrets"
-            ));
-        }
-    };
-    let name = SecretName::new(name).map_err(|e| e.to_string())?;
-    lookup(keyring, &name)
-        .map_err(|e| e.to_string())?
-        .ok_or_else(|| format!("`{reference}` is not on this host"))
 }

@@ -12,7 +12,8 @@ use serde_json::json;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use super::gateway::{Gateway, checked_request};
+use super::gateway::Gateway;
+use super::spawning::checked_request;
 use crate::agent::{Owner, Status};
 use crate::broker::link::backoff;
 use crate::config::Lead;

@@ -15,6 +15,7 @@ pub mod leads;
 pub mod log;
 pub mod notify;
 pub mod policy;
+pub mod spawning;
 
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
@@ -168,7 +169,10 @@ pub async fn run(
     let mut link_audit = None;
     let link_status = match fabric {
         Some(fabric) => {
-            tasks.spawn(gateway::serve_spawns(Arc::clone(&gateway), stopped.clone()));
+            tasks.spawn(spawning::serve_spawns(
+                Arc::clone(&gateway),
+                stopped.clone(),
+            ));
             // The link records a window's decisions after acknowledging it; its next window
             // does not wait for the audit's disk sync.
             let writer = Background::start(Arc::clone(&audit), |error| {
