@@ -222,7 +222,7 @@ impl Gateway {
             if agent.token.is_some()
                 && let Err(error) = self.retire_if_gone(id, &agent)
             {
-                tracing::debug!(agent.id = %id, %error, "cannot check an agent's pane");
+                tracing::warn!(agent.id = %id, %error, "cannot check an agent's pane; its token holds until it can be");
             }
         }
     }

@@ -111,10 +111,11 @@ fn inject_round(
         } else {
             block_reason(mux, &pane)
         };
-        if let Some(reason) = reason {
+        if let Some((status, reason)) = reason {
             stuck.insert(agent);
-            // The roster says why its messages wait.
-            courier.agents().set_status(agent, Status::Blocked);
+            // The roster says why its messages wait: an agent whose process ended is down (as
+            // the token sweep says too), one that waits for an answer is blocked.
+            courier.agents().set_status(agent, status);
             if blocked.insert(message.id) {
                 warn!(msg.id = %message.id, agent.id = %agent, %reason, "message held: its pane agent is blocked");
                 record(vec![(
@@ -169,17 +170,27 @@ fn marker(id: Uuid) -> String {
 }
 
 /// Why nothing may be typed into `pane` now, if anything.
-fn block_reason(mux: &dyn Multiplexer, pane: &PaneId) -> Option<String> {
+fn block_reason(mux: &dyn Multiplexer, pane: &PaneId) -> Option<(Status, String)> {
     match mux.state(pane) {
         Ok(PaneState::Running) => {}
-        Ok(PaneState::Exited(status)) => return Some(format!("its process exited ({status})")),
-        Err(error) => return Some(error.to_string()),
+        Ok(PaneState::Exited(status)) => {
+            return Some((Status::Down, format!("its process exited ({status})")));
+        }
+        Err(error) => return Some((Status::Blocked, error.to_string())),
     }
     if mux.blocked(pane) == Some(true) {
-        return Some("the multiplexer reports the agent blocked".to_owned());
+        return Some((
+            Status::Blocked,
+            "the multiplexer reports the agent blocked".to_owned(),
+        ));
     }
     let shown = mux.read(pane, CHECK_LINES).ok()?;
-    dialog_line(&shown).map(|line| format!("a prompt waits for an answer: {line}"))
+    dialog_line(&shown).map(|line| {
+        (
+            Status::Blocked,
+            format!("a prompt waits for an answer: {line}"),
+        )
+    })
 }
 
 /// The line typed for a held message: who it is from, then its text.
