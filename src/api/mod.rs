@@ -230,6 +230,16 @@ pub enum Caller {
     Agent(Uuid),
 }
 
+impl Caller {
+    /// The agent, when an agent's token came with the request.
+    pub fn agent(self) -> Option<Uuid> {
+        match self {
+            Caller::Agent(agent) => Some(agent),
+            Caller::Operator => None,
+        }
+    }
+}
+
 /// What `caller` may ask: the operator anything; an agent only to act as itself — send as
 /// itself, pull and acknowledge its own held messages, follow the messages it sent, read the
 /// roster. Returns the request as the agent may make it (its own id filled in), or why not.
@@ -300,21 +310,14 @@ fn answer(call: Call, state: &ApiState, peer: Peer, class: PeerClass) -> Value {
     let request = match scope(caller, call.request) {
         Ok(request) => request,
         Err(reason) => {
-            let agent = match caller {
-                Caller::Agent(agent) => Some(agent),
-                Caller::Operator => None,
-            };
             if let Some(router) = &state.router {
-                router.refused(agent, peer.uid, op, &reason);
+                router.refused(caller.agent(), peer.uid, op, &reason);
             }
             return json!({"error": format!("refused: {reason}")});
         }
     };
     // An agent acknowledges and follows only its own messages.
-    let only = match caller {
-        Caller::Agent(agent) => Some(agent),
-        Caller::Operator => None,
-    };
+    let only = caller.agent();
     match request {
         Request::Status {} => json!({
             "host": state.host,
