@@ -160,12 +160,12 @@ pub enum RegistryError {
         /// Who registered that agent.
         owner: Owner,
     },
-    /// The launch never got an identity (named for the caller).
-    #[error("{0}")]
-    Refused(String),
     /// The id is another agent's (a reservation that collided).
     #[error("agent id {0} is taken")]
     IdTaken(Uuid),
+    /// The record could not be encoded.
+    #[error("cannot encode the agent record")]
+    Encode(#[source] serde_json::Error),
     /// The record could not be stored.
     #[error(transparent)]
     State(#[from] StateError),
@@ -204,8 +204,8 @@ impl Registry {
     pub fn open_mailbox(&self, name: &str) -> Result<Uuid, RegistryError> {
         valid_name(name)?;
         let mut agents = self.write();
-        if let Some((id, _)) = agents.iter().find(|(_, a)| a.name == name) {
-            return Ok(*id);
+        if let Some((id, _)) = holder(&agents, name) {
+            return Ok(id);
         }
         let id = Uuid::now_v7();
         let agent = LocalAgent {
@@ -242,9 +242,9 @@ impl Registry {
             return Ok(Uuid::now_v7());
         };
         valid_name(name)?;
-        match self.read().iter().find(|(_, a)| a.name == name) {
-            Some((id, held)) if relaunch(held, owner) => Ok(*id),
-            Some((id, held)) => Err(held_error(*id, held)),
+        match holder(&self.read(), name) {
+            Some((id, held)) if relaunch(held, owner) => Ok(id),
+            Some((id, held)) => Err(held_error(id, held)),
             None => Ok(Uuid::now_v7()),
         }
     }
@@ -254,13 +254,9 @@ impl Registry {
     pub fn register(&self, agent: Registration) -> Result<Uuid, RegistryError> {
         valid_name(&agent.name)?;
         let mut agents = self.write();
-        let held = agents
-            .iter()
-            .find(|(_, a)| a.name == agent.name)
-            .map(|(id, a)| (*id, a.clone()));
-        let since_ms = match held {
-            Some((id, held)) if id == agent.id && relaunch(&held, &agent.owner) => held.since_ms,
-            Some((id, held)) => return Err(held_error(id, &held)),
+        let since_ms = match holder(&agents, &agent.name) {
+            Some((id, held)) if id == agent.id && relaunch(held, &agent.owner) => held.since_ms,
+            Some((id, held)) => return Err(held_error(id, held)),
             None if agents.contains_key(&agent.id) => return Err(RegistryError::IdTaken(agent.id)),
             None => now_ms(),
         };
@@ -342,10 +338,7 @@ impl Registry {
 
     /// The local agent named `name`.
     pub fn named(&self, name: &str) -> Option<(Uuid, LocalAgent)> {
-        self.read()
-            .iter()
-            .find(|(_, a)| a.name == name)
-            .map(|(id, a)| (*id, a.clone()))
+        holder(&self.read(), name).map(|(id, a)| (id, a.clone()))
     }
 
     /// The pane of local agent `id`, if it runs in one.
@@ -372,7 +365,7 @@ impl Registry {
         id: Uuid,
         agent: LocalAgent,
     ) -> Result<(), RegistryError> {
-        let bytes = serde_json::to_vec(&agent).map_err(|_| RegistryError::BadName)?;
+        let bytes = serde_json::to_vec(&agent).map_err(RegistryError::Encode)?;
         self.state.agent_put(id, &bytes)?;
         agents.insert(id, agent);
         self.changed.notify_one();
@@ -392,6 +385,17 @@ impl Registry {
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
+}
+
+/// The agent holding `name`, if one does.
+fn holder<'a>(
+    agents: &'a BTreeMap<Uuid, LocalAgent>,
+    name: &str,
+) -> Option<(Uuid, &'a LocalAgent)> {
+    agents
+        .iter()
+        .find(|(_, a)| a.name == name)
+        .map(|(id, a)| (*id, a))
 }
 
 /// Whether `owner` registering a pane agent under the name `held` has is the lead supervisor

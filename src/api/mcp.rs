@@ -117,7 +117,8 @@ impl PrimaryTools {
     /// Messages held for the primary, oldest first; they are offered again until `inbox_ack`.
     #[tool(name = "inbox_pull")]
     async fn inbox_pull(&self, Parameters(p): Parameters<PullParams>) -> Result<String, String> {
-        let limit = Some(p.limit.unwrap_or(10).clamp(1, 100));
+        // The daemon bounds it (1-100, 10 when absent).
+        let limit = p.limit;
         let wait = Duration::from_secs(p.wait_secs.unwrap_or(0)).min(MAX_WAIT);
         let deadline = Instant::now() + wait;
         loop {

@@ -42,17 +42,17 @@ const LONGEST: Duration = Duration::from_secs(300);
 /// Most connections open at once, all peers together.
 const MAX_CLIENTS: usize = 64;
 
-/// What the API reads; each part is absent in single-host mode.
+/// What the API reads.
 #[derive(Clone)]
 pub struct ApiState {
     /// The host name.
     pub host: String,
-    /// The roster.
-    pub roster: Option<Arc<Mutex<Roster>>>,
-    /// The broker link's status.
+    /// The roster (this host's agents, and with a broker its peers').
+    pub roster: Arc<Mutex<Roster>>,
+    /// The broker link's status (`None`: single-host mode).
     pub link: Option<watch::Receiver<LinkStatus>>,
-    /// Sending, held messages and delivery states.
-    pub router: Option<Arc<dyn Router>>,
+    /// Agents, sending, held messages, delivery states, spawning, tokens.
+    pub router: Arc<dyn Router>,
     /// Every reply passes through it (the daemon's scrubber, with its held secrets).
     pub scrubber: Option<crate::scrub::Scrubber>,
     /// What the self-sandbox enforces (`sandbox: …`).
@@ -182,9 +182,17 @@ impl Drop for Slot {
 
 /// Answers a connection that will not be served with `reply`, without reading its request.
 async fn reply_only(mut stream: UnixStream, reply: Value) {
+    let _ = tokio::time::timeout(TIMEOUT, write_reply(&mut stream, &reply)).await;
+}
+
+/// One reply line.
+async fn write_reply(
+    write: &mut (impl AsyncWriteExt + Unpin),
+    reply: &Value,
+) -> std::io::Result<()> {
     let mut bytes = reply.to_string().into_bytes();
     bytes.push(b'\n');
-    let _ = tokio::time::timeout(TIMEOUT, stream.write_all(&bytes)).await;
+    write.write_all(&bytes).await
 }
 
 async fn handle(stream: UnixStream, state: &ApiState, peer: Peer, class: PeerClass) {
@@ -216,9 +224,7 @@ async fn handle(stream: UnixStream, state: &ApiState, peer: Peer, class: PeerCla
         Some(scrubber) => scrubbed(scrubber, reply),
         None => reply,
     };
-    let mut bytes = reply.to_string().into_bytes();
-    bytes.push(b'\n');
-    let _ = write.write_all(&bytes).await;
+    let _ = write_reply(&mut write, &reply).await;
 }
 
 /// Who is asking.
@@ -280,10 +286,11 @@ pub fn scope(caller: Caller, request: Request) -> Result<Request, String> {
 }
 
 fn answer(call: Call, state: &ApiState, peer: Peer, class: PeerClass) -> Value {
+    let router = state.router.as_ref();
     let op = call.request.op();
-    let caller = match (call.token, &state.router) {
-        (None, _) if class == PeerClass::Operator => Caller::Operator,
-        (None, router) => {
+    let caller = match call.token {
+        None if class == PeerClass::Operator => Caller::Operator,
+        None => {
             let reason = format!(
                 "refused: uid {} is not the operator ({}): present an agent token",
                 peer.uid,
@@ -293,80 +300,54 @@ fn answer(call: Call, state: &ApiState, peer: Peer, class: PeerClass) -> Value {
                 peer.uid = peer.uid,
                 "local api: a request without a token from a non-operator refused"
             );
-            if let Some(router) = router {
-                router.refused(None, peer.uid, op, &reason);
-            }
+            router.refused(None, peer.uid, op, &reason);
             return json!({"error": reason});
         }
-        (Some(token), Some(router)) => match router.authenticate(&token) {
+        Some(token) => match router.authenticate(&token) {
             Ok(agent) => Caller::Agent(agent),
             Err(error) => {
                 router.refused(None, peer.uid, op, &error.to_string());
                 return json!({"error": error.to_string()});
             }
         },
-        (Some(_), None) => return json!({"error": "fleetd is starting: the gateway is not up yet"}),
     };
     let request = match scope(caller, call.request) {
         Ok(request) => request,
         Err(reason) => {
-            if let Some(router) = &state.router {
-                router.refused(caller.agent(), peer.uid, op, &reason);
-            }
+            router.refused(caller.agent(), peer.uid, op, &reason);
             return json!({"error": format!("refused: {reason}")});
         }
     };
     // An agent acknowledges and follows only its own messages.
     let only = caller.agent();
-    match request {
-        Request::Status {} => json!({
+    let result = match request {
+        Request::Status {} => Ok(json!({
             "host": state.host,
             "broker": state.link.as_ref().map_or("broker: not configured (single-host mode)".to_owned(), |l| l.borrow().to_string()),
             "sandbox": state.sandbox,
-        }),
-        Request::Roster {} => match &state.roster {
-            Some(roster) => match roster.lock() {
-                Ok(roster) => json!({"hosts": roster.view()}),
-                Err(_) => json!({"error": "roster unavailable"}),
-            },
-            None => json!({"error": "no roster"}),
+        })),
+        Request::Roster {} => match state.roster.lock() {
+            Ok(roster) => Ok(json!({"hosts": roster.view()})),
+            Err(_) => Err(crate::route::RouterError::Failed(
+                "roster unavailable".to_owned(),
+            )),
         },
-        Request::AgentOpen { name } => via(state, |router| {
-            router
-                .open_agent(&name)
-                .map(|id| json!({"id": id.to_string()}))
+        Request::AgentOpen { name } => router
+            .open_agent(&name)
+            .map(|id| json!({"id": id.to_string()})),
+        Request::Send { to, text, from } => router.send(to, from, text),
+        Request::HeldPull { limit, agent } => router
+            .held(Request::pull_limit(limit), agent)
+            .map(|held| json!({"messages": held})),
+        Request::HeldAck { id } => router
+            .ack(id, only)
+            .map(|found| json!({"acknowledged": found})),
+        Request::Delivery { id } => router.delivery(id, only).map(|found| {
+            found.unwrap_or_else(|| json!({"error": format!("no delivery record for {id} (not sent from this host, or pruned)")}))
         }),
-        Request::Send { to, text, from } => via(state, |router| router.send(to, from, text)),
-        Request::HeldPull { limit, agent } => via(state, |router| {
-            router
-                .held(Request::pull_limit(limit), agent)
-                .map(|held| json!({"messages": held}))
-        }),
-        Request::HeldAck { id } => via(state, |router| {
-            router
-                .ack(id, only)
-                .map(|found| json!({"acknowledged": found}))
-        }),
-        Request::Delivery { id } => via(state, |router| {
-            router.delivery(id, only).map(|found| {
-                found.unwrap_or_else(|| json!({"error": format!("no delivery record for {id} (not sent from this host, or pruned)")}))
-            })
-        }),
-        Request::Spawn(ask) => via(state, |router| router.spawn(&ask, only)),
-    }
-}
-
-/// `op` carried out by the gateway: its result, or an `error`.
-fn via(
-    state: &ApiState,
-    op: impl FnOnce(&dyn Router) -> Result<Value, crate::route::RouterError>,
-) -> Value {
-    match &state.router {
-        Some(router) => {
-            op(router.as_ref()).unwrap_or_else(|error| json!({"error": error.to_string()}))
-        }
-        None => json!({"error": "fleetd is starting: the gateway is not up yet"}),
-    }
+        Request::Spawn(ask) => router.spawn(&ask, only),
+    };
+    result.unwrap_or_else(|error| json!({"error": error.to_string()}))
 }
 
 /// `value` with every string (keys included) passed through the scrubber, so the reply stays JSON.

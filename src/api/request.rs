@@ -148,13 +148,6 @@ impl Request {
         }
     }
 
-    /// The wire form: one line of JSON.
-    pub fn to_line(&self) -> Vec<u8> {
-        let mut bytes = serde_json::to_vec(self).unwrap_or_default();
-        bytes.push(b'\n');
-        bytes
-    }
-
     /// How many held messages a pull asks for, within 1–100.
     pub fn pull_limit(limit: Option<u64>) -> usize {
         usize::try_from(limit.unwrap_or(DEFAULT_PULL).clamp(1, MAX_PULL)).unwrap_or(10)
@@ -196,7 +189,8 @@ mod tests {
                 ..SpawnAsk::default()
             }),
         ] {
-            assert_eq!(Request::parse(&request.to_line()).unwrap(), request);
+            let line = Call::new(request.clone(), None).to_line();
+            assert_eq!(Request::parse(&line).unwrap(), request);
         }
         // Explicit nulls, as the CLI sent them.
         let line = format!(r#"{{"op":"send","to":"{to}","text":"x","from":null}}"#);

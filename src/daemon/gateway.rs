@@ -7,12 +7,12 @@ use std::sync::{Arc, Mutex};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use super::spawning::local_request;
+use super::spawning::{checked_request, spawn_request};
 use crate::agent::{Owner, RegistryError};
 use crate::broker::deliver::{Courier, CourierError};
 use crate::broker::link::Recorder;
 use crate::daemon::policy::PolicyHandle;
-use crate::pane::{PaneError, PaneId, PaneState};
+use crate::pane::{Multiplexer, PaneError, PaneId, PaneState};
 use crate::roster::Roster;
 use crate::route::{self, Route, Router, RouterError, SpawnAsk};
 use crate::spawn::Spawner;
@@ -154,7 +154,8 @@ impl Router for Gateway {
                 self.spawn_remote(host, ask.fleet.clone(), ask)
             }
             _ => {
-                let request = local_request(&me, ask)?;
+                let request = checked_request(&me, &spawn_request(ask))
+                    .map_err(|e| RouterError::Invalid(e.to_string()))?;
                 let (reply, name) = self.run_spawn(&request, None, owner)?;
                 let mut answer = serde_json::to_value(&reply).unwrap_or(Value::Null);
                 if let Some(object) = answer.as_object_mut() {
@@ -188,18 +189,10 @@ impl Gateway {
         agent: &crate::agent::LocalAgent,
     ) -> Result<Option<String>, RouterError> {
         let gone = match (&self.spawner, &agent.pane) {
-            (Some(spawner), Some(pane)) => match spawner.mux().state(&PaneId(pane.clone())) {
-                Ok(PaneState::Running) => None,
-                Ok(PaneState::Exited(status)) => {
-                    Some(format!("its process exited with status {status}"))
-                }
-                Err(PaneError::NoPane(_)) => Some("its pane is gone".to_owned()),
-                Err(error) => {
-                    return Err(RouterError::Failed(format!(
-                        "cannot check agent {id}'s pane: {error}"
-                    )));
-                }
-            },
+            (Some(spawner), Some(pane)) => why_gone(spawner.mux().as_ref(), &PaneId(pane.clone()))
+                .map_err(|error| {
+                    RouterError::Failed(format!("cannot check agent {id}'s pane: {error}"))
+                })?,
             _ => Some("it has no pane".to_owned()),
         };
         if let (Some(why), Some(hash)) = (&gone, agent.token) {
@@ -216,8 +209,9 @@ impl Gateway {
         Ok(gone)
     }
 
-    /// Revokes the token of every pane agent that is gone (one sweep).
-    fn sweep_agents(&self) {
+    /// Revokes the token of every pane agent that is gone (one sweep; the daemon runs one every
+    /// two seconds, and a token presented meanwhile is checked on the spot).
+    pub(super) fn sweep_agents(&self) {
         for (id, agent) in self.courier.agents().list() {
             if agent.token.is_some()
                 && let Err(error) = self.retire_if_gone(id, &agent)
@@ -225,6 +219,19 @@ impl Gateway {
                 tracing::warn!(agent.id = %id, %error, "cannot check an agent's pane; its token holds until it can be");
             }
         }
+    }
+}
+
+/// Why the agent in `pane` is gone — its process exited, or its pane vanished — or `None` while
+/// it runs; an error when the multiplexer cannot say.
+pub fn why_gone(mux: &dyn Multiplexer, pane: &PaneId) -> Result<Option<String>, PaneError> {
+    match mux.state(pane) {
+        Ok(PaneState::Running) => Ok(None),
+        Ok(PaneState::Exited(status)) => {
+            Ok(Some(format!("its process exited with status {status}")))
+        }
+        Err(PaneError::NoPane(_)) => Ok(Some("its pane is gone".to_owned())),
+        Err(error) => Err(error),
     }
 }
 
@@ -240,21 +247,9 @@ pub(super) fn courier_error(error: CourierError) -> RouterError {
 
 pub(super) fn registry_error(error: RegistryError) -> RouterError {
     match error {
-        RegistryError::State(error) => RouterError::Failed(error.to_string()),
-        other => RouterError::Invalid(other.to_string()),
-    }
-}
-
-/// Every two seconds, revokes the tokens of pane agents whose process exited or whose pane is
-/// gone, until `stop` turns true (a token presented meanwhile is checked on the spot).
-pub async fn sweep_agents(gateway: Arc<Gateway>, mut stop: tokio::sync::watch::Receiver<bool>) {
-    let mut tick = tokio::time::interval(std::time::Duration::from_secs(2));
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = stop.changed() => return,
+        RegistryError::State(_) | RegistryError::Encode(_) => {
+            RouterError::Failed(error.to_string())
         }
-        let gateway = Arc::clone(&gateway);
-        let _ = tokio::task::spawn_blocking(move || gateway.sweep_agents()).await;
+        other => RouterError::Invalid(other.to_string()),
     }
 }

@@ -12,12 +12,12 @@ use serde_json::json;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use super::gateway::Gateway;
+use super::gateway::{Gateway, why_gone};
 use super::spawning::checked_request;
 use crate::agent::{Owner, Status};
 use crate::broker::link::backoff;
 use crate::config::Lead;
-use crate::pane::{PaneError, PaneId, PaneState};
+use crate::pane::PaneId;
 use crate::wire::{SpawnOutcome, SpawnRequest};
 
 /// Longest wait between relaunch attempts.
@@ -71,12 +71,8 @@ fn check(gateway: &Gateway, lead: &Lead, watch: &mut Watch) {
         .map(PaneId);
     let why_down = match &pane {
         None => Some("not running".to_owned()),
-        Some(pane) => match spawner.mux().state(pane) {
-            Ok(PaneState::Running) => None,
-            Ok(PaneState::Exited(status)) => {
-                Some(format!("its process exited with status {status}"))
-            }
-            Err(PaneError::NoPane(_)) => Some("its pane is gone".to_owned()),
+        Some(pane) => match why_gone(spawner.mux().as_ref(), pane) {
+            Ok(why) => why,
             Err(error) => {
                 warn!(lead = %lead.name, %error, "cannot check a lead");
                 return;

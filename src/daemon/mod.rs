@@ -17,13 +17,15 @@ pub mod notify;
 pub mod policy;
 pub mod spawning;
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tracing::{info, warn};
 
 use self::policy::PolicyHandle;
-use std::sync::Arc;
 
 use crate::api::{self, ApiState};
 use crate::audit::{Audit, AuditError, Background};
@@ -85,18 +87,6 @@ pub async fn run(
     let (stop, stopped) = watch::channel(false);
     let mut tasks = JoinSet::new();
     let listener = api::bind(&config.paths.runtime, config.socket_access).map_err(RunError::Api)?;
-    let mut api_state = ApiState {
-        host: config.host.clone(),
-        scrubber: Some(scrubber.clone()),
-        sandbox: sandbox.to_string(),
-        roster: None,
-        link: None,
-        router: None,
-        operators: api::Operators {
-            me: rustix::process::geteuid().as_raw(),
-            group: config.operator_group.clone(),
-        },
-    };
     let broker = secrets.iter().find(|s| s.name.as_str() == BROKER_URI);
     // The local side stands on its own: agents, local sends, held messages, spawning, leads and
     // the audit log work with or without a broker.
@@ -132,7 +122,7 @@ pub async fn run(
     )));
     link::announce(&courier, &roster);
     tasks.spawn(keep_roster(Arc::clone(&roster), stopped.clone()));
-    api_state.roster = Some(Arc::clone(&roster));
+    let roster_view = Arc::clone(&roster);
     let spawner = spawner(&config);
     if let Some(spawner) = &spawner {
         tasks.spawn(inject::run(
@@ -159,7 +149,10 @@ pub async fn run(
             })
             .collect(),
     });
-    tasks.spawn(gateway::sweep_agents(Arc::clone(&gateway), stopped.clone()));
+    let sweeping = Arc::clone(&gateway);
+    tasks.spawn(every(Duration::from_secs(2), stopped.clone(), move || {
+        sweeping.sweep_agents();
+    }));
     tasks.spawn(leads::supervise(
         Arc::clone(&gateway),
         config.leads.clone(),
@@ -169,9 +162,13 @@ pub async fn run(
     let mut link_audit = None;
     let link_status = match fabric {
         Some(fabric) => {
-            tasks.spawn(spawning::serve_spawns(
-                Arc::clone(&gateway),
+            let serving = Arc::clone(&gateway);
+            tasks.spawn(every(
+                Duration::from_millis(250),
                 stopped.clone(),
+                move || {
+                    serving.serve_spawn_requests();
+                },
             ));
             // The link records a window's decisions after acknowledging it; its next window
             // does not wait for the audit's disk sync.
@@ -195,7 +192,6 @@ pub async fn run(
                 record: background_recorder(writer),
             });
             let (status, receiver) = watch::channel(LinkStatus::Starting);
-            api_state.link = Some(receiver.clone());
             tasks.spawn(link::supervise(
                 fabric.uri,
                 fabric.settings,
@@ -209,7 +205,18 @@ pub async fn run(
         }
         None => None,
     };
-    api_state.router = Some(gateway);
+    let api_state = ApiState {
+        host: config.host.clone(),
+        roster: Arc::clone(&roster_view),
+        link: link_status.clone(),
+        router: gateway,
+        scrubber: Some(scrubber.clone()),
+        sandbox: sandbox.to_string(),
+        operators: api::Operators {
+            me: rustix::process::geteuid().as_raw(),
+            group: config.operator_group.clone(),
+        },
+    };
     let (dumpable, core_limit) = hardening_state();
     info!(
         process.dumpable = dumpable,
@@ -220,7 +227,6 @@ pub async fn run(
         info!(secret.name = %secret.name, secret.source = %secret.source, "secret loaded");
     }
     info!(api.socket = %config.paths.runtime.join(api::SOCKET).display(), "local api listening");
-    let roster_view = api_state.roster.clone();
     tasks.spawn(api::serve(listener, api_state, stopped.clone()));
     policy.log_loaded();
     let mut terminate = signal(SignalKind::terminate()).map_err(RunError::Signals)?;
@@ -233,7 +239,7 @@ pub async fn run(
         "fleetd ready"
     );
     let notifier = notify::Notifier::from_env();
-    let status_text = || service_status(link_status.as_ref(), roster_view.as_ref(), &sandbox);
+    let status_text = || service_status(link_status.as_ref(), &roster_view, &sandbox);
     notifier.ready(&status_text());
     // The watchdog is pinged from this loop: if it stops turning, systemd restarts fleetd.
     let period = notifier
@@ -386,15 +392,15 @@ fn spawner(config: &Config) -> Option<Arc<Spawner>> {
 /// The service manager's status line: broker link, roster size, sandbox level.
 fn service_status(
     link: Option<&watch::Receiver<LinkStatus>>,
-    roster: Option<&Arc<std::sync::Mutex<Roster>>>,
+    roster: &std::sync::Mutex<Roster>,
     sandbox: &Enforced,
 ) -> String {
     let broker = link.map_or("broker: not configured".to_owned(), |l| {
         l.borrow().to_string()
     });
-    let hosts = roster
-        .and_then(|r| r.lock().ok().map(|r| r.view().len()))
-        .map_or("roster: -".to_owned(), |n| format!("roster: {n} hosts"));
+    let hosts = roster.lock().map_or("roster: -".to_owned(), |r| {
+        format!("roster: {} hosts", r.view().len())
+    });
     let level = match sandbox.level {
         crate::sandbox::Level::Full => "sandbox: full",
         crate::sandbox::Level::Partial => "sandbox: partial",
@@ -410,6 +416,25 @@ fn tmux_socket(value: &str) -> Socket {
         Socket::Path(value.into())
     } else {
         Socket::Name(value.to_owned())
+    }
+}
+
+/// Runs `work` on a blocking thread every `period` (the next run waits for the last one to end)
+/// until `stop` turns true.
+async fn every(
+    period: Duration,
+    mut stop: watch::Receiver<bool>,
+    work: impl Fn() + Send + Sync + 'static,
+) {
+    let work = Arc::new(work);
+    let mut tick = tokio::time::interval(period);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.changed() => return,
+        }
+        let work = Arc::clone(&work);
+        let _ = tokio::task::spawn_blocking(move || work()).await;
     }
 }
 

@@ -3,14 +3,12 @@
 //! policy and the pipeline; the registration of a started agent under its name, with its
 //! identity minted before its pane; remote spawns and the worker that serves them.
 
-use std::sync::Arc;
-
 use secrecy::SecretString;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::gateway::{Gateway, courier_error};
-use crate::agent::{Owner, Registration, RegistryError};
+use crate::agent::{Owner, Registration};
 use crate::api::{ENV_AGENT_ID, ENV_AGENT_TOKEN, ENV_SOCKET};
 use crate::policy::{Request, SecretRef};
 use crate::route::{RouterError, SpawnAsk};
@@ -96,62 +94,53 @@ impl Gateway {
                 let _ = self.scrubber.register(ENV_AGENT_TOKEN, &token);
                 Ok((id, token, hash))
             });
-        let outcome = match &identity {
-            Ok((id, token, _)) => {
+        let outcome = match identity {
+            Err(reason) => Registered::Refused {
+                rules: Vec::new(),
+                reasons: vec![reason],
+            },
+            Ok((id, token, hash)) => {
                 let id_text = SecretString::from(id.to_string());
                 let socket = SecretString::from(self.socket.display().to_string());
-                spawner.spawn(
-                    &policy,
-                    request,
-                    &resolve,
-                    &[
-                        (ENV_AGENT_ID, &id_text),
-                        (ENV_SOCKET, &socket),
-                        (ENV_AGENT_TOKEN, token),
-                    ],
-                )
-            }
-            Err(reason) => Outcome::Refused {
-                rules: Vec::new(),
-                reasons: vec![reason.clone()],
-            },
-        };
-        let outcome = match outcome {
-            Outcome::Started {
-                pane,
-                profile,
-                rules,
-            } => {
-                let name = request.label.clone().unwrap_or_else(|| {
-                    agents.free_name(&format!("{profile}-{}", pane.0.trim_start_matches('%')))
-                });
-                let registered =
-                    identity
-                        .map_err(RegistryError::Refused)
-                        .and_then(|(id, _, hash)| {
-                            agents.register(Registration {
-                                id,
-                                name: name.clone(),
-                                profile: profile.clone(),
-                                pane: pane.0.clone(),
-                                owner: owner.clone(),
-                                token: Some(hash),
-                            })
+                let identity = [
+                    (ENV_AGENT_ID, &id_text),
+                    (ENV_SOCKET, &socket),
+                    (ENV_AGENT_TOKEN, &token),
+                ];
+                match spawner.spawn(&policy, request, &resolve, &identity) {
+                    Outcome::Started {
+                        pane,
+                        profile,
+                        rules,
+                    } => {
+                        let name = request.label.clone().unwrap_or_else(|| {
+                            agents
+                                .free_name(&format!("{profile}-{}", pane.0.trim_start_matches('%')))
                         });
-                match registered {
-                    Ok(id) => Registered::Started { id, name, rules },
-                    Err(error) => {
-                        // Another spawn took the name while this one waited for its gate.
-                        let _ = spawner.mux().close(&pane);
-                        Registered::Refused {
-                            rules,
-                            reasons: vec![error.to_string()],
+                        let registered = agents.register(Registration {
+                            id,
+                            name: name.clone(),
+                            profile,
+                            pane: pane.0.clone(),
+                            owner: owner.clone(),
+                            token: Some(hash),
+                        });
+                        match registered {
+                            Ok(id) => Registered::Started { id, name, rules },
+                            Err(error) => {
+                                // Another spawn took the name while this one waited for its gate.
+                                let _ = spawner.mux().close(&pane);
+                                Registered::Refused {
+                                    rules,
+                                    reasons: vec![error.to_string()],
+                                }
+                            }
                         }
                     }
+                    Outcome::Refused { rules, reasons } => Registered::Refused { rules, reasons },
+                    Outcome::Failed { reason } => Registered::Failed { reason },
                 }
             }
-            Outcome::Refused { rules, reasons } => Registered::Refused { rules, reasons },
-            Outcome::Failed { reason } => Registered::Failed { reason },
         };
         let mut reply = SpawnReply {
             v: crate::wire::VERSION,
@@ -236,13 +225,7 @@ impl Gateway {
                 }
             }
         };
-        let request = SpawnRequest {
-            v: crate::wire::VERSION,
-            profile: ask.profile.clone(),
-            env: ask.env.clone(),
-            cwd: ask.cwd.clone(),
-            label: ask.label.clone(),
-        };
+        let request = spawn_request(ask);
         let id = self
             .courier
             .request_spawn(
@@ -274,8 +257,9 @@ impl Gateway {
         }
     }
 
-    /// Runs every spawn request from another host waiting in the held store, and replies.
-    fn serve_spawn_requests(&self) {
+    /// Runs every spawn request from another host waiting in the held store, and replies (one
+    /// at a time: each waits for its readiness gate).
+    pub(super) fn serve_spawn_requests(&self) {
         let Ok(waiting) = self.courier.spawn_requests() else {
             return;
         };
@@ -337,22 +321,15 @@ pub fn checked_request(
     Request::from_value(&Value::Object(fields))
 }
 
-/// The policy request for a spawn asked on this host: its origin is this host.
-pub(super) fn local_request(me: &Party, ask: &SpawnAsk) -> Result<Request, RouterError> {
-    let mut fields = serde_json::Map::new();
-    fields.insert(
-        "origin".to_owned(),
-        json!({"fleet": me.fleet, "host": me.host}),
-    );
-    fields.insert("profile".to_owned(), json!(ask.profile));
-    fields.insert("env".to_owned(), json!(ask.env));
-    if let Some(cwd) = &ask.cwd {
-        fields.insert("cwd".to_owned(), json!(cwd));
+/// The spawn request body a local API `spawn` asks for.
+pub(super) fn spawn_request(ask: &SpawnAsk) -> SpawnRequest {
+    SpawnRequest {
+        v: crate::wire::VERSION,
+        profile: ask.profile.clone(),
+        env: ask.env.clone(),
+        cwd: ask.cwd.clone(),
+        label: ask.label.clone(),
     }
-    if let Some(label) = &ask.label {
-        fields.insert("label".to_owned(), json!(label));
-    }
-    Request::from_value(&Value::Object(fields)).map_err(|e| RouterError::Invalid(e.to_string()))
 }
 
 /// A spawn's outcome once a started agent is registered under its name.
@@ -378,20 +355,6 @@ fn failed_reply(request: Uuid, reason: String) -> SpawnReply {
         outcome: SpawnOutcome::Failed,
         agent: None,
         reasons: vec![reason],
-    }
-}
-
-/// Serves spawn requests from other hosts until `stop` turns true (one at a time: each waits
-/// for its readiness gate).
-pub async fn serve_spawns(gateway: Arc<Gateway>, mut stop: tokio::sync::watch::Receiver<bool>) {
-    let mut tick = tokio::time::interval(std::time::Duration::from_millis(250));
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = stop.changed() => return,
-        }
-        let gateway = Arc::clone(&gateway);
-        let _ = tokio::task::spawn_blocking(move || gateway.serve_spawn_requests()).await;
     }
 }
 

@@ -187,13 +187,14 @@ impl Multiplexer for Tmux {
             }
             Err(_) => false,
         };
-        let script = self.launch_script(&words.join(" "), exists)?;
+        let words = words.join(" ");
+        let script = self.launch_script(&words, exists)?;
         let out = match self.script("launch", &script) {
             // Another launch created the session a moment ago: open the window in it.
             Err(PaneError::Unavailable { detail, .. })
                 if !exists && detail.contains("duplicate session") =>
             {
-                self.script("launch", &self.launch_script(&words.join(" "), true)?)?
+                self.script("launch", &self.launch_script(&words, true)?)?
             }
             other => other?,
         };

@@ -197,7 +197,7 @@ impl Courier {
     /// A held message was typed into its agent's pane: it leaves the held store and its sender
     /// learns it was delivered (a receipt, or this host's own record), in one transaction.
     pub fn injected(&self, id: Uuid) -> Result<bool, CourierError> {
-        self.release_held(id, DeliveryState::Delivered)
+        self.release_held(id, DeliveryState::Delivered, None)
     }
 
     /// Where an envelope for `dest` (agent `agent`, if it is for one) is published: an agent of
@@ -433,27 +433,25 @@ impl Courier {
     /// or, with `only_for`, not held for that agent (another agent's messages are not its to
     /// acknowledge, nor to learn about).
     pub fn ack(&self, id: Uuid, only_for: Option<Uuid>) -> Result<bool, CourierError> {
-        if let Some(agent) = only_for {
-            let held_for = self
-                .state
-                .held_get(id)?
-                .and_then(|bytes| serde_json::from_slice::<Held>(&bytes).ok())
-                .and_then(|held| held.to);
-            if held_for != Some(agent) {
-                return Ok(false);
-            }
-        }
-        self.release_held(id, DeliveryState::Acknowledged)
+        self.release_held(id, DeliveryState::Acknowledged, only_for)
     }
 
     /// Takes message `id` out of the held store and tells its sender it reached `state`, in one
     /// transaction: this host's own delivery record moves, or an agent message from another host
-    /// gets a receipt. `false` when it was not held.
-    fn release_held(&self, id: Uuid, state: DeliveryState) -> Result<bool, CourierError> {
+    /// gets a receipt. `false` when it was not held (for agent `only_for`, when given).
+    fn release_held(
+        &self,
+        id: Uuid,
+        state: DeliveryState,
+        only_for: Option<Uuid>,
+    ) -> Result<bool, CourierError> {
         let Some(bytes) = self.state.held_get(id)? else {
             return Ok(false);
         };
         let held: Option<Held> = serde_json::from_slice(&bytes).ok();
+        if only_for.is_some() && held.as_ref().and_then(|h| h.to) != only_for {
+            return Ok(false);
+        }
         let origin = held.as_ref().map(|h| h.origin.clone());
         if origin.as_ref() == Some(&self.me()) {
             let moved = self
