@@ -23,7 +23,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::mcp::Session;
-use common::{BIN, eventually, spawn_logged, terminate, wait_for};
+use common::{BIN, eventually, held_with_text, raw_request, spawn_logged, terminate, wait_for};
 use serde_json::{Value, json};
 
 /// Two users, each with its own group, removed when dropped.
@@ -310,12 +310,7 @@ fn agents_under_the_login_user_cannot_reach_fleetds_files_or_authority() {
     // The worker's bare `fleetd send` reached the primary, sent as the worker.
     let reply = eventually("the worker's reply", Duration::from_secs(20), || {
         let held = operator(&["inbox", "pull", "--agent", &primary, "--json"]);
-        held["messages"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|m| m["body"]["text"] == "probed")
-            .cloned()
+        held_with_text(&held, "probed")
     });
     assert_eq!(reply["body"]["from"], worker.as_str(), "{reply}");
     let forged = operator(&["inbox", "pull", "--agent", &primary, "--json"]).to_string();
@@ -348,12 +343,7 @@ fn agents_under_the_login_user_cannot_reach_fleetds_files_or_authority() {
     assert!(!failed, "{sent}");
     let via_mcp = eventually("the MCP reply", Duration::from_secs(20), || {
         let held = operator(&["inbox", "pull", "--agent", &primary, "--json"]);
-        held["messages"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|m| m["body"]["text"] == "via mcp")
-            .cloned()
+        held_with_text(&held, "via mcp")
     });
     assert_eq!(via_mcp["body"]["from"], worker.as_str(), "{via_mcp}");
     drop(session);
@@ -364,7 +354,7 @@ fn agents_under_the_login_user_cannot_reach_fleetds_files_or_authority() {
         let dead = tmux(&["display-message", "-p", "-t", pane_id, "#{pane_dead}"]);
         (String::from_utf8_lossy(&dead.stdout).trim() == "1").then_some(())
     });
-    let refused = raw(
+    let refused = raw_request(
         &run.join("fleetd.sock"),
         &json!({"op": "roster", "token": token}),
     );
@@ -421,14 +411,4 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
         }
     }
     all
-}
-
-/// One request on the socket as written on the wire.
-fn raw(socket: &Path, line: &Value) -> Value {
-    use std::io::{BufRead, BufReader, Write};
-    let mut stream = std::os::unix::net::UnixStream::connect(socket).unwrap();
-    stream.write_all(format!("{line}\n").as_bytes()).unwrap();
-    let mut reply = String::new();
-    BufReader::new(stream).read_line(&mut reply).unwrap();
-    serde_json::from_str(&reply).unwrap()
 }

@@ -21,7 +21,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::mcp::Session;
-use common::{eventually, spawn_logged, terminate, wait_for};
+use common::{eventually, held_with_text, raw_request, spawn_logged, terminate, wait_for};
 use serde_json::{Value, json};
 
 const BIN: &str = env!("CARGO_BIN_EXE_fleetd");
@@ -119,25 +119,6 @@ impl Drop for Home {
     }
 }
 
-/// One request on the socket as it is written on the wire (a raw client, like anything in a pane).
-fn raw(socket: &Path, line: &Value) -> Value {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-        let mut stream = tokio::net::UnixStream::connect(socket).await.unwrap();
-        stream
-            .write_all(format!("{line}\n").as_bytes())
-            .await
-            .unwrap();
-        let mut reply = String::new();
-        BufReader::new(stream).read_line(&mut reply).await.unwrap();
-        serde_json::from_str(&reply).unwrap()
-    })
-}
-
 /// The environment of the process running in pane `pane`.
 fn pane_environ(home: &Home, pane: &str) -> Vec<(String, String)> {
     let pid = home.tmux(&["display-message", "-p", "-t", pane, "#{pane_pid}"]);
@@ -222,7 +203,7 @@ fn one_host_without_a_broker_spawns_sends_and_the_worker_answers_as_itself() {
     let socket = home.socket();
     let with_token = |mut request: Value| {
         request["token"] = json!(token);
-        raw(&socket, &request)
+        raw_request(&socket, &request)
     };
     let (ok, _) = home.fleetd(&["send", &worker, "still there?", "--from", &primary]);
     assert!(ok);
@@ -279,7 +260,7 @@ fn one_host_without_a_broker_spawns_sends_and_the_worker_answers_as_itself() {
         (&token[..token.len() - 1], "malformed agent token"),
         (forged.as_str(), "unknown agent token"),
     ] {
-        let refused = raw(&socket, &json!({"op": "roster", "token": bad}));
+        let refused = raw_request(&socket, &json!({"op": "roster", "token": bad}));
         assert!(
             refused["error"].as_str().unwrap_or_default().contains(says),
             "{refused}"
@@ -303,12 +284,7 @@ fn one_host_without_a_broker_spawns_sends_and_the_worker_answers_as_itself() {
         Duration::from_secs(10),
         || {
             let held = home.json(&["inbox", "pull", "--agent", &primary, "--limit", "100"]);
-            held["messages"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|m| m["body"]["text"] == "via mcp")
-                .cloned()
+            held_with_text(&held, "via mcp")
         },
     );
     assert_eq!(via_mcp["body"]["from"], worker.as_str(), "{via_mcp}");
@@ -337,12 +313,12 @@ fn one_host_without_a_broker_spawns_sends_and_the_worker_answers_as_itself() {
                 .map(|(_, v)| v)
         })
         .unwrap();
-    let by_boss = raw(
+    let by_boss = raw_request(
         &socket,
         &json!({"op": "spawn", "profile": "echo", "label": "by-boss", "token": boss_token}),
     );
     assert_eq!(by_boss["outcome"], "started", "{by_boss}");
-    let refused = raw(
+    let refused = raw_request(
         &socket,
         &json!({"op": "spawn", "profile": "boss", "token": boss_token}),
     );

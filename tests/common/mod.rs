@@ -139,6 +139,26 @@ pub fn wait_for(
     panic!("no line with {needles:?} within {within:?}; logged:\n{seen}");
 }
 
+/// One request on the local API socket `socket`, written as raw JSON the way any client (a
+/// process in a pane) could write it; the reply.
+pub fn raw_request(socket: &std::path::Path, line: &serde_json::Value) -> serde_json::Value {
+    let mut stream = std::os::unix::net::UnixStream::connect(socket).unwrap();
+    stream.write_all(format!("{line}\n").as_bytes()).unwrap();
+    let mut reply = String::new();
+    BufReader::new(stream).read_line(&mut reply).unwrap();
+    serde_json::from_str(&reply).unwrap()
+}
+
+/// The message with text `text` in a pull's reply (`{"messages": [...]}`), if there is one.
+pub fn held_with_text(pulled: &serde_json::Value, text: &str) -> Option<serde_json::Value> {
+    pulled["messages"]
+        .as_array()
+        .unwrap_or_else(|| panic!("not a pull reply: {pulled}"))
+        .iter()
+        .find(|m| m["body"]["text"] == text)
+        .cloned()
+}
+
 /// Sends SIGTERM to `child`.
 pub fn terminate(child: &Child) {
     let pid = rustix::process::Pid::from_raw(i32::try_from(child.id()).unwrap()).unwrap();
