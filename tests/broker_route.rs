@@ -205,7 +205,7 @@ async fn envelopes_cross_fleets_once_and_every_forgery_is_refused() {
         Err(InboundRefusal::Envelope(Refusal::UnpinnedHost { .. }))
     ));
 
-    // Too old: created beyond the skew window.
+    // Expired (ten minutes old, valid for one).
     let (meta, payload) = message(&a, "hosta", &b, now_ms() - 600_000);
     publisher
         .send(&ingress, "ctl.hostb", &wire::seal(meta, &payload, &key_a))
@@ -213,9 +213,10 @@ async fn envelopes_cross_fleets_once_and_every_forgery_is_refused() {
         .unwrap();
     assert!(matches!(
         take(&mut consumer, &inbound).await,
-        Err(InboundRefusal::Envelope(
-            Refusal::Skew(_) | Refusal::Expired
-        ))
+        Err(InboundRefusal::Signed {
+            refusal: Refusal::Expired,
+            ..
+        })
     ));
 
     // Claims to come from fleet B while the broker attests A.

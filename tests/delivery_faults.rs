@@ -1,6 +1,8 @@
 //! The fault runs of delivery on the real RabbitMQ: 1,000 messages while `rabbitmqctl stop_app` /
-//! `start_app` runs mid-stream, then 1,000 more while the receiving gateway is killed with SIGKILL
-//! and restarted — each delivered exactly once, in the sender's order.
+//! `start_app` runs mid-stream — an outage longer than the hosts' `skew_secs`, so the messages
+//! queued in the outbox during it are published long after they were created — then 1,000 more
+//! while the receiving gateway is killed with SIGKILL and restarted: each delivered exactly once,
+//! in the sender's order, and nothing refused.
 //!
 //! This binary stops the broker, so it holds this one test: nothing runs beside it.
 
@@ -41,7 +43,12 @@ fn a_thousand_messages_survive_a_broker_restart_and_a_killed_receiver_exactly_on
     const N: usize = 1000;
     let (_, fleet, password, mut cleanup) = one_fleet("df");
     let root = tempfile::tempdir().unwrap();
-    let (sender, receiver) = (Host::new(root.path(), "s1"), Host::new(root.path(), "r1"));
+    let (mut sender, mut receiver) = (Host::new(root.path(), "s1"), Host::new(root.path(), "r1"));
+    // A short skew: the outage below lasts several times longer.
+    const SKEW_SECS: u64 = 2;
+    for host in [&mut sender, &mut receiver] {
+        host.broker_lines = format!("skew_secs = {SKEW_SECS}\n");
+    }
     let (child, sender_log) = sender.start(&fleet, &password, &[], &[(&receiver, &fleet)]);
     cleanup.children.push(child);
     let (child, receiver_log) = receiver.start(&fleet, &password, &[], &[(&sender, &fleet)]);
@@ -63,14 +70,20 @@ fn a_thousand_messages_survive_a_broker_restart_and_a_killed_receiver_exactly_on
     let worker = receiver.open_agent("worker");
     sender.wait_listed(&worker);
 
-    // Run 1: the broker's app stops a third of the way in and starts again two thirds in.
+    // Run 1: the broker's app stops a third of the way in and starts again two thirds in, after
+    // an outage of at least three skews.
     let guard = common::BrokerUp;
     let mut ids: Vec<String> = Vec::new();
+    let mut stopped = std::time::Instant::now();
     for i in 0..N {
         if i == N / 3 {
             common::rabbitmqctl("stop_app");
+            stopped = std::time::Instant::now();
         }
         if i == 2 * N / 3 {
+            std::thread::sleep(
+                Duration::from_secs(3 * SKEW_SECS).saturating_sub(stopped.elapsed()),
+            );
             common::start_broker();
         }
         let (id, route) = sender.send(&worker, &primary, &format!("run1 #{i:04}"));
@@ -125,6 +138,12 @@ fn a_thousand_messages_survive_a_broker_restart_and_a_killed_receiver_exactly_on
     assert_eq!(texts, expected, "in the sender's order");
     let audit = receiver.state_dir().join("audit.jsonl");
     receiver.cli(&["audit", "verify", "--file", audit.to_str().unwrap()]);
+    let refused = std::fs::read_to_string(&audit)
+        .unwrap()
+        .lines()
+        .filter(|line| line.contains("\"message.refused\""))
+        .count();
+    assert_eq!(refused, 0, "nothing refused as late");
 
     // The messages that waited in the inbox came in by the window, each window answered with
     // one `delivered` receipt per sender: fewer receipts than messages, some for several at

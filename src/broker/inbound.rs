@@ -59,6 +59,15 @@ pub enum InboundRefusal {
     /// The envelope failed verification.
     #[error("{0}")]
     Envelope(#[from] Refusal),
+    /// The envelope's signature verified, but it was refused after (its window or its body):
+    /// its origin is authentic and may be told why.
+    #[error("{refusal}")]
+    Signed {
+        /// The authentic metadata.
+        meta: Box<Meta>,
+        /// Why it was refused.
+        refusal: Refusal,
+    },
     /// The state store could not record it (the caller must not ack: it will be redelivered).
     #[error("cannot record the message")]
     State(#[source] StateError),
@@ -127,15 +136,18 @@ impl Inbound {
                 claimed: sealed.meta.origin.fleet.clone(),
             });
         }
-        let payload = verify_authentic(
-            &sealed,
-            &self.pins,
-            Window {
-                now_ms,
-                skew_ms: self.skew_ms,
-            },
-        )?;
-        Ok((sealed.meta, payload))
+        let window = Window {
+            now_ms,
+            skew_ms: self.skew_ms,
+        };
+        match verify_authentic(&sealed, &self.pins, window) {
+            Ok(payload) => Ok((sealed.meta, payload)),
+            Err(refusal) if refusal.after_signature() => Err(InboundRefusal::Signed {
+                meta: Box::new(sealed.meta),
+                refusal,
+            }),
+            Err(refusal) => Err(InboundRefusal::Envelope(refusal)),
+        }
     }
 
     /// Checks for fleet `own_fleet` with `pins`, a `skew_ms` window and `state`.

@@ -624,7 +624,10 @@ fn observe(inbound: &Inbound, presence: &Presence, delivery: &lapin::message::De
             log_change(&change);
         }
         // A beat that waited out its life in the queue (after an outage) is expected, not news.
-        Err(InboundRefusal::Envelope(wire::Refusal::Expired)) => {
+        Err(InboundRefusal::Signed {
+            refusal: wire::Refusal::Expired,
+            ..
+        }) => {
             debug!("expired presence beat dropped");
         }
         Err(refusal) => warn!(reason = %refusal, "presence beat refused"),

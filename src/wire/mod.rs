@@ -31,6 +31,11 @@ pub const PROTOCOL: &str = "fleetd/v1";
 pub const VERSION: u32 = 1;
 /// Largest body accepted, checked before parsing.
 pub const MAX_BODY: usize = 256 * 1024;
+/// Longest an envelope may be valid (`expires - created`): a message may wait this long in an
+/// outbox or a queue (a broker outage, a host down) and still be taken in, and the replay cache
+/// keeps each accepted (key id, message id) until the envelope has expired — so freshness is
+/// bounded by expiry and the replay cache, never by when the sender queued it.
+pub const MAX_LIFETIME_MS: i64 = 24 * 3600 * 1000;
 
 /// Who sent an envelope, or to whom it goes.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

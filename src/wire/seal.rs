@@ -2,8 +2,14 @@
 //!
 //! Verification, in order: version, body size (before parsing), the key pinned for the claimed
 //! origin host, the key id, the signature (`verify_strict`: no weak keys, no malleable
-//! signatures), the `created`/`expires` window, the body, and last the replay cache — only an
-//! authentic, well-formed envelope may occupy a replay slot. The broker-level checks (exchange ↔
+//! signatures), the time window, the body, and last the replay cache — only an authentic,
+//! well-formed envelope may occupy a replay slot.
+//!
+//! The time window: `created` no further ahead of now than the skew (a sender's clock), `expires`
+//! still ahead, and a lifetime (`expires - created`) of at most [`MAX_LIFETIME_MS`]. How long ago
+//! an envelope was created is not checked: a message that waited out a broker outage in its
+//! sender's outbox, or a host's downtime in its queue, is as valid as a fresh one, and a replay
+//! of it is caught by the replay cache, which keeps every accepted id until it has expired. The broker-level checks (exchange ↔
 //! `user_id` ↔ claimed fleet) run before this, in `broker`.
 
 use std::collections::{BTreeMap, HashMap};
@@ -13,7 +19,7 @@ use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use super::key::{HostKey, PinnedKeys};
-use super::{MAX_BODY, Meta, PROTOCOL, Payload, VERSION};
+use super::{MAX_BODY, MAX_LIFETIME_MS, Meta, PROTOCOL, Payload, VERSION};
 
 /// An envelope ready for the wire: metadata, body bytes, signature.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -49,12 +55,15 @@ pub enum Refusal {
     /// The signature does not verify.
     #[error("the signature does not verify")]
     BadSignature,
-    /// `created` is too far from now.
-    #[error("created {0} ms away from now, beyond the allowed skew")]
+    /// `created` is further ahead of now than the skew allows (the sender's clock is ahead).
+    #[error("created {0} ms ahead of this host's clock, beyond the allowed skew")]
     Skew(i64),
     /// `expires` has passed (or precedes `created`).
     #[error("the envelope has expired")]
     Expired,
+    /// `expires - created` is longer than [`MAX_LIFETIME_MS`].
+    #[error("valid for {0} ms, beyond the {MAX_LIFETIME_MS} ms limit")]
+    Lifetime(i64),
     /// The body is malformed, of an unknown version, or has unknown fields.
     #[error("malformed body: {0}")]
     Malformed(String),
@@ -63,12 +72,24 @@ pub enum Refusal {
     Replayed,
 }
 
+impl Refusal {
+    /// Whether the envelope's signature verified before it was refused: its origin and metadata
+    /// are then authentic (a late or malformed envelope from a pinned host), and the origin may
+    /// be told why.
+    pub fn after_signature(&self) -> bool {
+        matches!(
+            self,
+            Refusal::Skew(_) | Refusal::Expired | Refusal::Lifetime(_) | Refusal::Malformed(_)
+        )
+    }
+}
+
 /// The time window an envelope must fall in.
 #[derive(Clone, Copy, Debug)]
 pub struct Window {
     /// Now, Unix milliseconds.
     pub now_ms: i64,
-    /// Allowed distance between `created` and now.
+    /// How far ahead of now `created` may be (the senders' clocks).
     pub skew_ms: i64,
 }
 
@@ -171,12 +192,16 @@ pub fn verify_authentic(
     key.0
         .verify_strict(&canonical(meta, &sealed.body), &signature)
         .map_err(|_| Refusal::BadSignature)?;
-    let skew = meta.created_ms.saturating_sub(window.now_ms);
-    if skew.abs() > window.skew_ms {
-        return Err(Refusal::Skew(skew));
+    let ahead = meta.created_ms.saturating_sub(window.now_ms);
+    if ahead > window.skew_ms {
+        return Err(Refusal::Skew(ahead));
     }
     if meta.expires_ms <= window.now_ms || meta.expires_ms < meta.created_ms {
         return Err(Refusal::Expired);
+    }
+    let lifetime = meta.expires_ms.saturating_sub(meta.created_ms);
+    if lifetime > MAX_LIFETIME_MS {
+        return Err(Refusal::Lifetime(lifetime));
     }
     Payload::decode(meta.kind, &sealed.body).map_err(Refusal::Malformed)
 }

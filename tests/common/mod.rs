@@ -170,6 +170,10 @@ pub struct Host {
     pub name: String,
     pub dir: std::path::PathBuf,
     pub pubkey: String,
+    /// Extra lines for the config's `[broker]` table (e.g. `skew_secs = 2`).
+    pub broker_lines: String,
+    /// The broker addresses (`HOST:PORT`, comma-separated) its URI names; the default node.
+    pub broker_nodes: String,
 }
 
 impl Host {
@@ -195,6 +199,8 @@ impl Host {
             name: name.to_owned(),
             dir,
             pubkey,
+            broker_lines: String::new(),
+            broker_nodes: "127.0.0.1:5672".to_owned(),
         }
     }
 
@@ -261,10 +267,11 @@ impl Host {
         std::fs::write(
             &config,
             format!(
-                "{top}host = \"{}\"\nfleet = \"{fleet}\"\n[broker]\nuriEnv = \"FLEETD_T_URI\"\nbackoff_cap_secs = 2\nadmit = [{}]\n\
+                "{top}host = \"{}\"\nfleet = \"{fleet}\"\n[broker]\nuriEnv = \"FLEETD_T_URI\"\nbackoff_cap_secs = 2\nadmit = [{}]\n{}\
                  [roster]\nbeat_secs = 1\nsuspect_secs = 3\nreap_secs = 6\n[log]\nformat = \"json\"\n{pins}{tail}",
                 self.name,
                 admit.join(", "),
+                self.broker_lines,
             ),
         )
         .unwrap();
@@ -277,7 +284,7 @@ impl Host {
             .env("XDG_RUNTIME_DIR", self.dir.join("run"))
             .env(
                 "FLEETD_T_URI",
-                format!("amqp://{fleet}:{password}@127.0.0.1:5672/%2F{fleet}"),
+                format!("amqp://{fleet}:{password}@{}/%2F{fleet}", self.broker_nodes),
             )
             .envs(env.iter().copied());
         command

@@ -8,7 +8,10 @@ use uuid::Uuid;
 use super::{Courier, Held, encode, now_ms};
 use crate::broker::inbound::{Inbound, InboundRefusal};
 use crate::state::{Incoming, Taken};
-use crate::wire::{DeliveryState, MAX_RECEIPT_MORE, Meta, Party, Payload, Tracked};
+use crate::wire::{
+    self, DeliveryState, Kind, MAX_RECEIPT_MORE, Meta, Party, Payload, Refusal, SpawnOutcome,
+    SpawnReply, Tracked,
+};
 
 impl Courier {
     /// Takes a window of deliveries in: each is verified; the accepted ones are recorded, held and
@@ -25,6 +28,9 @@ impl Courier {
         for (exchange, props, body) in deliveries {
             match inbound.authentic(exchange, props, body, now) {
                 Ok((meta, payload)) => plans.push(Some(self.plan(meta, payload, exchange))),
+                Err(InboundRefusal::Signed { meta, refusal }) if answered(meta.kind) => {
+                    plans.push(Some(self.refusal_plan(*meta, &refusal, exchange, now)));
+                }
                 Err(refusal) => {
                     audit.push(refused(exchange, props, &refusal));
                     plans.push(None);
@@ -37,7 +43,10 @@ impl Courier {
             .map(|p| Incoming {
                 key_id: &p.meta.key_id,
                 id: p.meta.id,
-                expires_ms: p.meta.expires_ms.saturating_add(inbound.skew_ms()),
+                expires_ms: p
+                    .remember_until
+                    .unwrap_or(p.meta.expires_ms)
+                    .saturating_add(inbound.skew_ms()),
                 hold: p.hold.as_deref(),
                 outbox: p.outbox.as_ref().map(|(id, b)| (*id, b.as_slice())),
                 receipt: p.receipt,
@@ -62,6 +71,12 @@ impl Courier {
             .map(|plan| {
                 let Some(plan) = plan else { return true };
                 match taken.next() {
+                    Some(Taken::New) if plan.event == REFUSED => {
+                        tracing::warn!(msg.id = %plan.meta.id, msg.kind = plan.meta.kind.as_str(), origin.fleet = %plan.meta.origin.fleet, origin.host = %plan.meta.origin.host, "message refused; its sender is told why");
+                        queued = true;
+                        audit.push((plan.event, plan.detail.clone()));
+                        true
+                    }
                     Some(Taken::New) => {
                         tracing::info!(msg.id = %plan.meta.id, msg.kind = plan.meta.kind.as_str(), origin.fleet = %plan.meta.origin.fleet, origin.host = %plan.meta.origin.host, event = plan.event, "message taken in");
                         queued |= plan.outbox.is_some() || plan.receipt;
@@ -124,6 +139,48 @@ impl Courier {
             .collect()
     }
 
+    /// What refusing an authentic envelope changes: its sender is told why — a `failed` receipt
+    /// for an agent message, a `failed` reply for a spawn request — durably, in the same
+    /// transaction that records it as seen (a redelivery is not answered twice). Never silence:
+    /// otherwise the sender would show `queued (in the broker)` for good.
+    fn refusal_plan(&self, meta: Meta, refusal: &Refusal, exchange: &str, now: i64) -> Plan {
+        let reason = format!("refused by host {}: {refusal}", self.host);
+        let answer = match meta.kind {
+            Kind::SpawnRequest => self.to_gateway(
+                meta.origin.clone(),
+                &Payload::SpawnReply(SpawnReply {
+                    v: wire::VERSION,
+                    request: meta.id,
+                    outcome: SpawnOutcome::Failed,
+                    agent: None,
+                    reasons: vec![reason.clone()],
+                }),
+            ),
+            _ => self.receipt(
+                meta.origin.clone(),
+                meta.id,
+                DeliveryState::Failed,
+                Some(reason.clone()),
+            ),
+        };
+        Plan {
+            detail: json!({
+                "msg_id": meta.id.to_string(), "kind": meta.kind.as_str(),
+                "origin": {"fleet": meta.origin.fleet, "host": meta.origin.host},
+                "exchange": exchange, "reason": refusal.to_string(), "answered": true,
+            }),
+            event: REFUSED,
+            hold: None,
+            // INVARIANT: the intake runs only with a broker, so there is a key.
+            outbox: answer.ok(),
+            receipt: false,
+            delivery: Vec::new(),
+            // Remembered briefly: a redelivery in that time is not answered again.
+            remember_until: Some(now),
+            meta,
+        }
+    }
+
     /// What taking in one verified envelope changes.
     fn plan(&self, meta: Meta, payload: Payload, exchange: &str) -> Plan {
         let mut plan = Plan {
@@ -137,6 +194,7 @@ impl Courier {
             outbox: None,
             receipt: false,
             delivery: Vec::new(),
+            remember_until: None,
             meta,
         };
         let from_me = plan.meta.origin == self.me();
@@ -205,6 +263,15 @@ impl Courier {
     }
 }
 
+/// The audit event of a refused delivery.
+const REFUSED: &str = "message.refused";
+
+/// Whether a refused envelope of `kind` is answered (a receipt or a reply would be answered by
+/// nothing: no loops).
+fn answered(kind: Kind) -> bool {
+    matches!(kind, Kind::AgentMessage | Kind::SpawnRequest)
+}
+
 /// The held-store record of an envelope (for local agent `to`, if any) with `body`.
 fn held_record<T: serde::Serialize>(meta: &Meta, to: Option<Uuid>, body: &T) -> Vec<u8> {
     encode(&Held {
@@ -228,6 +295,8 @@ struct Plan {
     /// To be reported `delivered` in the window's receipt to its sender.
     receipt: bool,
     delivery: Vec<(Uuid, Vec<u8>)>,
+    /// Until when its replay entry is kept (plus the skew); `None`: until it expires.
+    remember_until: Option<i64>,
 }
 
 impl Plan {
@@ -248,7 +317,7 @@ fn refused(
     let short = |s: &str| s.chars().take(64).collect::<String>();
     tracing::warn!(reason = %refusal, %exchange, "message refused and dropped");
     (
-        "message.refused",
+        REFUSED,
         json!({
             "msg_id": properties.message_id().as_ref().map(|id| short(id.as_str())),
             "reason": refusal.to_string(),

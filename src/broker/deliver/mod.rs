@@ -29,8 +29,9 @@ use crate::wire::{
     Sealed, SpawnReply, SpawnRequest, Tracked,
 };
 
-/// How long an envelope stays valid: long enough to outlast a broker outage in the outbox.
-pub const MESSAGE_TTL_MS: i64 = 24 * 3600 * 1000;
+/// How long an envelope stays valid: long enough to outlast a broker outage in the outbox or a
+/// host's downtime in its queue (the longest a receiver accepts).
+pub const MESSAGE_TTL_MS: i64 = wire::MAX_LIFETIME_MS;
 /// Most outbox entries published per pump round (the rest follow as confirms arrive).
 const PUMP_ROUND: usize = 256;
 /// Most publishes awaiting the broker's confirm at once: a backlog (after an outage) goes out

@@ -27,6 +27,9 @@ pub struct Pump {
     behind: bool,
 }
 
+/// Why a message that expired before the broker took it failed.
+const EXPIRED_HERE: &str = "expired in this host's outbox before the broker took it";
+
 /// How long a foreign vhost that could not be opened is left alone before the next attempt.
 const FOREIGN_RETRY: Duration = Duration::from_secs(2);
 
@@ -186,6 +189,7 @@ impl Pump {
             .outbox_pending(&|id| self.in_flight.contains(&id), round)
             .map_err(|e| e.to_string())?;
         let full = pending.len() >= round;
+        let now = now_ms();
         self.behind = full;
         let mut progressed = false;
         let mut blocked = HashSet::new();
@@ -201,6 +205,19 @@ impl Pump {
                 progressed = true;
                 continue;
             };
+            if sealed.meta.expires_ms <= now {
+                // Waited out its whole life here (the broker unreachable for a day): no receiver
+                // would take it, so its sender learns now rather than from a refusal.
+                let moved = courier.delivery(id).ok().flatten().map(|t| {
+                    t.moved(DeliveryState::Failed, Some(EXPIRED_HERE.to_owned()), now)
+                        .encode()
+                });
+                let moved: Vec<(Uuid, &[u8])> = moved.iter().map(|m| (id, m.as_slice())).collect();
+                tracing::warn!(msg.id = %id, "message expired in the outbox; dropped");
+                let _ = courier.state.outbox_settle(&[id], &moved);
+                progressed = true;
+                continue;
+            }
             if blocked.contains(&record.vhost) {
                 continue;
             }

@@ -208,3 +208,56 @@ fn a_receipt_moves_only_the_messages_sent_to_the_fleet_it_comes_from() {
         (DeliveryState::Delivered, DeliveryState::Delivered)
     );
 }
+
+#[test]
+fn a_refused_authentic_message_is_answered_with_a_failed_receipt_once() {
+    let keys: Vec<Arc<HostKey>> = (0..2)
+        .map(|_| Arc::new(HostKey::generate().unwrap().0))
+        .collect();
+    let (a, r) = (gateway("a", &keys[0]), gateway("r", &keys[1]));
+    let mut pins = PinnedKeys::default();
+    pins.pin(FLEET, "a", *keys[0].public());
+    let at_r = Inbound::new(FLEET, pins.clone(), 120_000, Arc::clone(&r.state));
+    pins.pin(FLEET, "r", *keys[1].public());
+    let at_a = Inbound::new(FLEET, pins, 120_000, Arc::clone(&a.state));
+    let worker = r.courier.agents().open_mailbox("worker").unwrap();
+    let dest = Party {
+        fleet: FLEET.to_owned(),
+        host: String::new(),
+    };
+    let id = a
+        .courier
+        .send(dest, worker, None, "late".to_owned())
+        .unwrap();
+    // The same message, signed by a's real key, but expired an hour ago.
+    let (exchange, _, body, sealed) = outbox(&a).remove(0);
+    let mut meta = sealed.meta.clone();
+    meta.created_ms -= 26 * 3600 * 1000;
+    meta.expires_ms = meta.created_ms + 25 * 3600 * 1000 - 3600 * 1000;
+    let payload = Payload::decode(Kind::AgentMessage, &body).unwrap();
+    let expired = crate::wire::seal(meta, &payload, &keys[0]);
+    let delivery = (
+        exchange,
+        properties(&expired, FLEET),
+        expired.body.clone(),
+        expired,
+    );
+    let window: Deliveries = vec![delivery.clone(), delivery];
+    let (acks, audit) = take_in(&r, &at_r, &window);
+    assert_eq!(acks, vec![true, true], "acknowledged, never rejected");
+    let events: Vec<&str> = audit.iter().map(|(e, _)| *e).collect();
+    assert_eq!(events, ["message.refused", "message.duplicate"]);
+    assert!(r.courier.held(10, None).unwrap().is_empty(), "nothing held");
+
+    let answers = outbox(&r);
+    assert_eq!(answers.len(), 1, "answered once: {answers:?}");
+    let (acks, _) = take_in(&a, &at_a, &answers);
+    assert_eq!(acks, vec![true]);
+    let tracked = a.courier.delivery(id).unwrap().unwrap();
+    assert_eq!(tracked.state, DeliveryState::Failed);
+    let reason = tracked.reason.unwrap();
+    assert!(
+        reason.contains("refused by host r") && reason.contains("expired"),
+        "{reason}"
+    );
+}
