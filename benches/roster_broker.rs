@@ -107,6 +107,7 @@ async fn converge(connection: &lapin::Connection, hosts: usize, run: &str) -> Du
     topology::declare_roster_queue(
         &setup,
         &queue,
+        topology::QueueType::Classic,
         &[(topology::ROSTER_EXCHANGE.to_owned(), "roster.#".to_owned())],
     )
     .await

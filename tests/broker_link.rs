@@ -140,7 +140,8 @@ fn a_daemon_started_while_the_broker_is_down_connects_when_it_comes_back() {
         .output()
         .unwrap();
     assert!(
-        String::from_utf8_lossy(&status.stdout).contains("broker: connected since"),
+        String::from_utf8_lossy(&status.stdout)
+            .contains("broker: connected to 127.0.0.1:5672 since"),
         "{status:?}"
     );
     let queues = ctl(&[

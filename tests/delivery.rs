@@ -17,7 +17,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Fleets, Host, eventually, grants, nonce, wait_for};
+use common::{Fleets, Host, eventually, grants, nonce, terminate, wait_for};
 
 #[test]
 fn messages_cross_fleets_with_receipts_and_are_held_until_acknowledged() {
@@ -135,5 +135,129 @@ fn messages_cross_fleets_with_receipts_and_are_held_until_acknowledged() {
     for host in [&laptop, &worker_host] {
         let audit = host.state_dir().join("audit.jsonl");
         host.cli(&["audit", "verify", "--file", audit.to_str().unwrap()]);
+    }
+}
+
+/// Fills `queue` in `fleet`'s vhost with `count` junk messages through `exchange` and `key`, as
+/// the fleet's own user (its gateway is down, so nothing drains them).
+fn fill(fleet: &str, password: &str, (exchange, key): (&str, &str), count: usize) {
+    let uri = fleetd::secret::BrokerUri::parse(&secrecy::SecretString::from(format!(
+        "amqp://{fleet}:{password}@127.0.0.1:5672/%2F{fleet}"
+    )))
+    .unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let connection = fleetd::broker::connect(&uri, None).await.unwrap();
+        let channel = fleetd::broker::confirm_channel(&connection).await.unwrap();
+        let mut confirms = Vec::with_capacity(count);
+        for _ in 0..count {
+            let confirm = channel
+                .basic_publish(
+                    exchange.into(),
+                    key.into(),
+                    lapin::options::BasicPublishOptions::default(),
+                    b"junk",
+                    lapin::BasicProperties::default(),
+                )
+                .await
+                .unwrap();
+            confirms.push(confirm);
+        }
+        for confirm in confirms {
+            assert!(
+                matches!(confirm.await, Ok(lapin::Confirmation::Ack(_))),
+                "the filler fits the inbox"
+            );
+        }
+        let _ = connection.close(200, "filled".into()).await;
+    });
+}
+
+#[test]
+fn a_full_inbox_and_an_unknown_agent_in_one_confirm_window_are_each_named() {
+    let (_, fleet, password, mut cleanup) = common::one_fleet("dw");
+    let root = tempfile::tempdir().unwrap();
+    let (sender, receiver) = (Host::new(root.path(), "s1"), Host::new(root.path(), "r1"));
+    let (child, sender_log) = sender.start(&fleet, &password, &[], &[(&receiver, &fleet)]);
+    cleanup.children.push(child);
+    let (child, receiver_log) = receiver.start(&fleet, &password, &[], &[(&sender, &fleet)]);
+    cleanup.children.push(child);
+    let mut seen = String::new();
+    for log in [&sender_log, &receiver_log] {
+        wait_for(
+            log,
+            &mut seen,
+            &["broker connected"],
+            Duration::from_secs(20),
+        );
+    }
+    let primary = sender.open_agent("primary");
+    let worker = receiver.open_agent("worker");
+    sender.wait_listed(&worker);
+    // The worker's gateway goes; its inbox stays, and fills to its limit.
+    cleanup.children[1].kill().unwrap();
+    cleanup.children[1].wait().unwrap();
+    let limit = usize::try_from(fleetd::broker::topology::DEFAULT_MAX_LENGTH).unwrap();
+    fill(
+        &fleet,
+        &password,
+        (fleetd::broker::topology::INBOX_EXCHANGE, &worker),
+        limit,
+    );
+
+    // Back to back, so the pump publishes them together: one is refused by the full inbox
+    // (nack), the other finds no inbox bound (return + ack).
+    let ghost = uuid::Uuid::now_v7().to_string();
+    let (to_worker, _) = sender.send(&worker, &primary, "for a full inbox");
+    let (to_ghost, _) = sender.send(&ghost, &primary, "for nobody");
+    let full = sender.wait_delivery(&to_worker, "failed");
+    let missing = sender.wait_delivery(&to_ghost, "failed");
+    assert_eq!(full["reason"], "inbox full", "{full}");
+    assert!(
+        missing["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("no such agent"),
+        "{missing}"
+    );
+}
+
+#[test]
+fn a_changed_queue_type_parks_the_link_with_a_clear_reason() {
+    let (_, fleet, password, mut cleanup) = common::one_fleet("qt");
+    let root = tempfile::tempdir().unwrap();
+    let mut host = Host::new(root.path(), "h1");
+    let (child, log) = host.start(&fleet, &password, &[], &[]);
+    cleanup.children.push(child);
+    let mut seen = String::new();
+    wait_for(
+        &log,
+        &mut seen,
+        &["broker connected"],
+        Duration::from_secs(20),
+    );
+    terminate(&cleanup.children[0]);
+    cleanup.children[0].wait().unwrap();
+    // The same fleet, now configured for quorum queues: its classic `gw.h1.ctl` is in the way.
+    host.broker_lines = "queue_type = \"quorum\"\n".to_owned();
+    let (child, log) = host.start(&fleet, &password, &[], &[]);
+    cleanup.children[0] = child;
+    wait_for(
+        &log,
+        &mut seen,
+        &["broker link parked: queue type mismatch"],
+        Duration::from_secs(20),
+    );
+    let status = host.cli(&["status"]);
+    for part in [
+        "broker: refused since",
+        "another type than broker.queue_type",
+        "fleetd does not retry",
+        "Changing a fleet's queue type",
+    ] {
+        assert!(status.contains(part), "`{part}` not in: {status}");
     }
 }

@@ -21,23 +21,6 @@ use std::time::Duration;
 use common::{Host, eventually, one_fleet, wait_for};
 use serde_json::json;
 
-/// Drains `agent`'s held messages on `host` (pull, ack), returning their texts in order.
-fn drain(host: &Host, agent: &str) -> Vec<String> {
-    let mut texts = Vec::new();
-    loop {
-        let batch = host.held(agent);
-        if batch.is_empty() {
-            return texts;
-        }
-        for message in batch {
-            texts.push(message["body"]["text"].as_str().unwrap().to_owned());
-            let id = message["id"].as_str().unwrap();
-            let ack = host.api(&json!({"op": "held.ack", "id": id}));
-            assert_eq!(ack["acknowledged"], true, "{ack}");
-        }
-    }
-}
-
 #[test]
 fn a_thousand_messages_survive_a_broker_restart_and_a_killed_receiver_exactly_once_in_order() {
     const N: usize = 1000;
@@ -102,7 +85,7 @@ fn a_thousand_messages_survive_a_broker_restart_and_a_killed_receiver_exactly_on
     for id in &ids {
         sender.wait_delivery(id, "delivered");
     }
-    let texts = drain(&receiver, &worker);
+    let texts = receiver.drain(&worker);
     let expected: Vec<String> = (0..N).map(|i| format!("run1 #{i:04}")).collect();
     assert_eq!(texts.len(), N, "every message exactly once");
     assert_eq!(texts, expected, "in the sender's order");
@@ -132,7 +115,7 @@ fn a_thousand_messages_survive_a_broker_restart_and_a_killed_receiver_exactly_on
     for id in &ids {
         sender.wait_delivery(id, "delivered");
     }
-    let texts = drain(&receiver, &worker);
+    let texts = receiver.drain(&worker);
     let expected: Vec<String> = (0..N).map(|i| format!("run2 #{i:04}")).collect();
     assert_eq!(texts.len(), N, "every message exactly once");
     assert_eq!(texts, expected, "in the sender's order");

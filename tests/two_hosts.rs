@@ -694,7 +694,7 @@ fn refusals_reach_the_laptop_launch_nothing_and_are_audited_on_fleet01() {
     for reason in [
         "no key is pinned for host `intruder`",
         "is not the key pinned for the origin host",
-        "beyond the allowed skew",
+        "the envelope has expired",
         "the envelope claims fleet `fleet01`, the broker attests `mac`",
         "seen before (redelivery, republish or replay)",
     ] {

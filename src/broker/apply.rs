@@ -52,38 +52,75 @@ pub enum ApplyError {
     },
 }
 
-/// Applies the grants for `fleet`; returns one line per step for the operator.
+/// The `rabbitmqctl` that carries the grants out: the local node, or `-n NODE` (any node of a
+/// cluster: users, vhosts and permissions are cluster-wide).
+#[derive(Clone, Debug, Default)]
+pub struct Rabbitmqctl {
+    node: Option<String>,
+}
+
+/// A node name `--node` will not pass on (it must be `name@host`, no spaces or shell words).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "`{0}` is not a node name (`NAME@HOST`: letters, digits, `_`, `-`, `.`, each part starting with a letter or digit)"
+)]
+pub struct BadNode(String);
+
+impl Rabbitmqctl {
+    /// `rabbitmqctl -n NODE` when `node` is given, else the local node.
+    pub fn new(node: Option<&str>) -> Result<Rabbitmqctl, BadNode> {
+        let Some(node) = node else {
+            return Ok(Rabbitmqctl::default());
+        };
+        let part = |p: &str| {
+            p.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
+                && p.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+        };
+        match node.split_once('@') {
+            Some((name, host)) if part(name) && part(host) => Ok(Rabbitmqctl {
+                node: Some(node.to_owned()),
+            }),
+            _ => Err(BadNode(node.to_owned())),
+        }
+    }
+}
+
+/// Applies the grants for `fleet` through `ctl`; returns one line per step for the operator.
 pub async fn apply(
     fleet: &str,
     admits: &[String],
     password: &SecretString,
     admin: &BrokerUri,
+    ctl: &Rabbitmqctl,
 ) -> Result<Vec<String>, ApplyError> {
     let mut report = Vec::new();
     let vhost = vhost(fleet);
-    if !listed(&["list_vhosts", "name"]).await?.contains(&vhost) {
-        ctl(&["add_vhost", &vhost], None).await?;
+    if !ctl.listed(&["list_vhosts", "name"]).await?.contains(&vhost) {
+        ctl.run(&["add_vhost", &vhost], None).await?;
         report.push(format!("created vhost {vhost}"));
     }
-    let users = listed(&["list_users"]).await?;
+    let users = ctl.listed(&["list_users"]).await?;
     if users.iter().any(|u| u == fleet) {
-        ctl(&["change_password", fleet], Some(password)).await?;
+        ctl.run(&["change_password", fleet], Some(password)).await?;
         report.push(format!("set the password of user {fleet}"));
     } else {
-        ctl(&["add_user", fleet], Some(password)).await?;
+        ctl.run(&["add_user", fleet], Some(password)).await?;
         report.push(format!("created user {fleet}"));
     }
-    ctl(&["set_user_tags", fleet], None).await?;
-    set_permissions(&vhost, fleet, &own_permissions()).await?;
+    ctl.run(&["set_user_tags", fleet], None).await?;
+    ctl.set_permissions(&vhost, fleet, &own_permissions())
+        .await?;
     report.push(format!(
         "user {fleet}: no tags, own-object permissions on {vhost}"
     ));
     if !admits.is_empty() {
-        declare_ingress(&vhost, admits, admin).await?;
+        declare_ingress(&vhost, admits, admin, ctl).await?;
         for origin in admits {
             report.push(format!("declared {} in {vhost}", ingress_exchange(origin)));
             if users.iter().any(|u| u == origin) {
-                set_permissions(&vhost, origin, &admitted_permissions(origin)).await?;
+                ctl.set_permissions(&vhost, origin, &admitted_permissions(origin))
+                    .await?;
                 report.push(format!(
                     "user {origin}: write on {} only",
                     ingress_exchange(origin)
@@ -102,6 +139,7 @@ async fn declare_ingress(
     vhost: &str,
     admits: &[String],
     admin: &BrokerUri,
+    ctl: &Rabbitmqctl,
 ) -> Result<(), ApplyError> {
     let names: Vec<String> = admits.iter().map(|o| ingress_exchange(o)).collect();
     let pattern = format!(
@@ -117,7 +155,7 @@ async fn declare_ingress(
         write: "^$".to_owned(),
         read: "^$".to_owned(),
     };
-    set_permissions(vhost, &admin.user, &temporary).await?;
+    ctl.set_permissions(vhost, &admin.user, &temporary).await?;
     let result = async {
         let connection = connect(admin, Some(vhost))
             .await
@@ -145,7 +183,8 @@ async fn declare_ingress(
         Ok(())
     }
     .await;
-    ctl(&["clear_permissions", "-p", vhost, &admin.user], None).await?;
+    ctl.run(&["clear_permissions", "-p", vhost, &admin.user], None)
+        .await?;
     result
 }
 
@@ -156,85 +195,113 @@ fn declare_error(exchange: &str, error: &lapin::Error) -> ApplyError {
     }
 }
 
-async fn set_permissions(vhost: &str, user: &str, p: &Permissions) -> Result<(), ApplyError> {
-    ctl(
-        &[
-            "set_permissions",
-            "-p",
-            vhost,
-            user,
-            &p.configure,
-            &p.write,
-            &p.read,
-        ],
-        None,
-    )
-    .await
-    .map(|_| ())
-}
+impl Rabbitmqctl {
+    async fn set_permissions(
+        &self,
+        vhost: &str,
+        user: &str,
+        p: &Permissions,
+    ) -> Result<(), ApplyError> {
+        self.run(
+            &[
+                "set_permissions",
+                "-p",
+                vhost,
+                user,
+                &p.configure,
+                &p.write,
+                &p.read,
+            ],
+            None,
+        )
+        .await
+        .map(|_| ())
+    }
 
-/// The first column of a `rabbitmqctl -q list_*` table, header dropped.
-async fn listed(args: &[&str]) -> Result<Vec<String>, ApplyError> {
-    let mut full = vec!["-q"];
-    full.extend_from_slice(args);
-    let out = ctl(&full, None).await?;
-    Ok(out
-        .lines()
-        .skip(1)
-        .filter_map(|l| l.split('\t').next())
-        .map(str::to_owned)
-        .collect())
-}
+    /// The first column of a `rabbitmqctl -q list_*` table, header dropped.
+    async fn listed(&self, args: &[&str]) -> Result<Vec<String>, ApplyError> {
+        let mut full = vec!["-q"];
+        full.extend_from_slice(args);
+        let out = self.run(&full, None).await?;
+        Ok(out
+            .lines()
+            .skip(1)
+            .filter_map(|l| l.split('\t').next())
+            .map(str::to_owned)
+            .collect())
+    }
 
-/// Runs `rabbitmqctl ARGS`, feeding `stdin` (a password) if given; returns stdout.
-async fn ctl(args: &[&str], stdin: Option<&SecretString>) -> Result<String, ApplyError> {
-    let command = args
-        .iter()
-        .find(|a| !a.starts_with('-'))
-        .copied()
-        .unwrap_or_default()
-        .to_owned();
-    let mut child = Command::new(RABBITMQCTL)
-        .args(args)
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|source| ApplyError::Spawn {
-            command: command.clone(),
-            source,
-        })?;
-    if let (Some(secret), Some(mut pipe)) = (stdin, child.stdin.take()) {
-        #[expect(
-            clippy::disallowed_methods,
-            reason = "rabbitmqctl reads the new password from stdin"
-        )]
-        let bytes = zeroize::Zeroizing::new(format!("{}\n", secret.expose_secret()).into_bytes());
-        pipe.write_all(&bytes)
-            .await
+    /// Runs `rabbitmqctl [-n NODE] ARGS`, feeding `stdin` (a password) if given; returns stdout.
+    async fn run(&self, args: &[&str], stdin: Option<&SecretString>) -> Result<String, ApplyError> {
+        let command = args
+            .iter()
+            .find(|a| !a.starts_with('-'))
+            .copied()
+            .unwrap_or_default()
+            .to_owned();
+        let node = self.node.iter().flat_map(|n| ["-n", n.as_str()]);
+        let mut child = Command::new(RABBITMQCTL)
+            .args(node)
+            .args(args)
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
             .map_err(|source| ApplyError::Spawn {
                 command: command.clone(),
                 source,
             })?;
+        if let (Some(secret), Some(mut pipe)) = (stdin, child.stdin.take()) {
+            #[expect(
+                clippy::disallowed_methods,
+                reason = "rabbitmqctl reads the new password from stdin"
+            )]
+            let bytes =
+                zeroize::Zeroizing::new(format!("{}\n", secret.expose_secret()).into_bytes());
+            pipe.write_all(&bytes)
+                .await
+                .map_err(|source| ApplyError::Spawn {
+                    command: command.clone(),
+                    source,
+                })?;
+        }
+        let output = tokio::time::timeout(TIMEOUT, child.wait_with_output())
+            .await
+            .map_err(|_| ApplyError::Failed {
+                command: command.clone(),
+                detail: format!("no answer within {} s", TIMEOUT.as_secs()),
+            })?
+            .map_err(|source| ApplyError::Spawn {
+                command: command.clone(),
+                source,
+            })?;
+        if !output.status.success() {
+            let detail = String::from_utf8_lossy(&output.stderr).trim().to_owned();
+            return Err(ApplyError::Failed { command, detail });
+        }
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
     }
-    let output = tokio::time::timeout(TIMEOUT, child.wait_with_output())
-        .await
-        .map_err(|_| ApplyError::Failed {
-            command: command.clone(),
-            detail: format!("no answer within {} s", TIMEOUT.as_secs()),
-        })?
-        .map_err(|source| ApplyError::Spawn {
-            command: command.clone(),
-            source,
-        })?;
-    if !output.status.success() {
-        let detail = String::from_utf8_lossy(&output.stderr).trim().to_owned();
-        return Err(ApplyError::Failed { command, detail });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_node_must_be_name_at_host() {
+        assert!(Rabbitmqctl::new(None).unwrap().node.is_none());
+        let ctl = Rabbitmqctl::new(Some("rabbit@broker-2.example")).unwrap();
+        assert_eq!(ctl.node.as_deref(), Some("rabbit@broker-2.example"));
+        for bad in [
+            "rabbit", "@host", "rabbit@", "a@b c", "-n@x", "a@b@c", "r;x@h",
+        ] {
+            let refused = Rabbitmqctl::new(Some(bad));
+            assert!(refused.is_err(), "{bad}");
+        }
     }
-    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }

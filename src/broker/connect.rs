@@ -7,7 +7,7 @@ use rustls_pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject;
 use secrecy::ExposeSecret;
 
-use crate::secret::BrokerUri;
+use crate::secret::{BrokerUri, Node};
 
 /// Why a connection could not be opened. Carries lapin's message (no URI, no password: lapin's
 /// connection errors name the failure, and callers print them through the scrubber anyway).
@@ -21,14 +21,10 @@ pub enum ConnectError {
         /// The broker's reason.
         reason: String,
     },
-    /// The broker could not be reached or the handshake failed.
-    #[error("cannot connect to the broker at {host}:{port}: {reason}")]
+    /// No node could be reached, or every handshake failed.
+    #[error("cannot connect to the broker: {reason}")]
     Unreachable {
-        /// Host.
-        host: String,
-        /// Port.
-        port: u16,
-        /// What happened.
+        /// What happened, per node tried (`host:port: reason; …`).
         reason: String,
     },
 }
@@ -39,24 +35,62 @@ pub enum ConnectError {
 /// otherwise hold the caller forever, and the caller is the link's one loop.
 pub(crate) const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
 
-/// Connects to `vhost` (default: the URI's) with the URI's credential, within
-/// [`HANDSHAKE_TIMEOUT`].
+/// Connects to `vhost` (default: the URI's) with the URI's credential: each node in turn from
+/// [`BrokerUri::first_choice`], each within [`HANDSHAKE_TIMEOUT`], until one opens. A refusal
+/// (credential, vhost) ends the search: the nodes of a cluster share their users, so the next
+/// node would refuse too.
 pub async fn connect(uri: &BrokerUri, vhost: Option<&str>) -> Result<Connection, ConnectError> {
+    connect_node(uri, vhost)
+        .await
+        .map(|(connection, ..)| connection)
+}
+
+/// [`connect`], also naming the node the connection is to (its index into `uri.nodes`).
+pub async fn connect_node(
+    uri: &BrokerUri,
+    vhost: Option<&str>,
+) -> Result<(Connection, usize, Node), ConnectError> {
     let vhost = vhost.unwrap_or(&uri.vhost);
-    match tokio::time::timeout(HANDSHAKE_TIMEOUT, connect_unbounded(uri, vhost)).await {
-        Ok(connected) => connected,
-        Err(_) => Err(ConnectError::Unreachable {
-            host: uri.host.clone(),
-            port: uri.port,
-            reason: format!(
+    let first = uri.first_choice();
+    let mut failures = Vec::new();
+    let order = uri.nodes.iter().enumerate().cycle().skip(first);
+    for (index, node) in order.take(uri.nodes.len()) {
+        let attempt = tokio::time::timeout(HANDSHAKE_TIMEOUT, connect_unbounded(uri, node, vhost));
+        let reason = match attempt.await {
+            Ok(Ok(connection)) => {
+                uri.opened(index);
+                return Ok((connection, index, node.clone()));
+            }
+            Ok(Err(Failure::Refused(reason))) => {
+                return Err(ConnectError::Refused {
+                    vhost: vhost.to_owned(),
+                    reason: format!("{node}: {reason}"),
+                });
+            }
+            Ok(Err(Failure::Unreachable(reason))) => reason,
+            Err(_) => format!(
                 "no answer to the handshake for vhost `{vhost}` within {} s",
                 HANDSHAKE_TIMEOUT.as_secs()
             ),
-        }),
+        };
+        failures.push(format!("{node}: {reason}"));
     }
+    Err(ConnectError::Unreachable {
+        reason: failures.join("; "),
+    })
 }
 
-async fn connect_unbounded(uri: &BrokerUri, vhost: &str) -> Result<Connection, ConnectError> {
+/// How one node's attempt failed.
+enum Failure {
+    Refused(String),
+    Unreachable(String),
+}
+
+async fn connect_unbounded(
+    uri: &BrokerUri,
+    node: &Node,
+    vhost: &str,
+) -> Result<Connection, Failure> {
     let vhost = vhost.to_owned();
     #[expect(
         clippy::disallowed_methods,
@@ -75,10 +109,10 @@ async fn connect_unbounded(uri: &BrokerUri, vhost: &str) -> Result<Connection, C
                 username: uri.user.clone(),
                 password,
             },
-            host: uri.host.clone(),
-            port: uri.port,
+            host: node.host.clone(),
+            port: node.port,
         },
-        vhost: vhost.clone(),
+        vhost,
         query: AMQPQueryString {
             heartbeat: Some(uri.heartbeat),
             connection_timeout: Some(10_000),
@@ -88,11 +122,7 @@ async fn connect_unbounded(uri: &BrokerUri, vhost: &str) -> Result<Connection, C
     let properties = ConnectionProperties::default().with_connection_name("fleetd".into());
     let connected = match (&uri.ca_pem, uri.tls) {
         (Some(pem), true) => {
-            let connector = pinned_connector(pem).map_err(|reason| ConnectError::Unreachable {
-                host: uri.host.clone(),
-                port: uri.port,
-                reason,
-            })?;
+            let connector = pinned_connector(pem).map_err(Failure::Unreachable)?;
             connect_pinned(amqp, properties, connector).await
         }
         _ => Connection::connect_uri(amqp, properties).await,
@@ -103,13 +133,9 @@ async fn connect_unbounded(uri: &BrokerUri, vhost: &str) -> Result<Connection, C
             || reason.contains("NOT_ALLOWED")
             || reason.contains("access")
         {
-            ConnectError::Refused { vhost, reason }
+            Failure::Refused(reason)
         } else {
-            ConnectError::Unreachable {
-                host: uri.host.clone(),
-                port: uri.port,
-                reason,
-            }
+            Failure::Unreachable(reason)
         }
     })
 }

@@ -44,8 +44,9 @@ pub struct CheckResult {
     pub outcome: Result<(), String>,
 }
 
-/// Runs every check with `uri`'s credential against `vhost`.
-pub async fn run(uri: &BrokerUri, vhost: &str) -> Vec<CheckResult> {
+/// Runs every check with `uri`'s credential against `vhost`, declaring its queues as
+/// `queue_type` ones (the type the fleet's config uses).
+pub async fn run(uri: &BrokerUri, vhost: &str, queue_type: QueueType) -> Vec<CheckResult> {
     let nonce = nonce();
     let mut suite = Suite {
         uri,
@@ -55,6 +56,7 @@ pub async fn run(uri: &BrokerUri, vhost: &str) -> Vec<CheckResult> {
         key: format!("contract-{nonce}"),
         full: topology::inbox_queue(&format!("contract-full-{nonce}")),
         nonce,
+        queue_type,
         connection: None,
     };
     let mut results = Vec::new();
@@ -77,6 +79,7 @@ struct Suite<'a> {
     key: String,
     full: String,
     nonce: String,
+    queue_type: QueueType,
     connection: Option<Connection>,
 }
 
@@ -126,8 +129,8 @@ impl Suite<'_> {
         topology::declare_exchanges(&channel).await?;
         declare_inbox(
             &channel,
-            &self.inbox,
-            &self.key,
+            (&self.inbox, &self.key),
+            self.queue_type,
             topology::DEFAULT_MAX_LENGTH,
         )
         .await
@@ -197,24 +200,33 @@ impl Suite<'_> {
     async fn reject_publish(&self) -> Result<(), String> {
         let channel = self.channel().await?;
         let key = format!("contract-full-{}", self.nonce);
-        declare_inbox(&channel, &self.full, &key, 1).await?;
-        let first = publish(
-            &channel,
-            &key,
-            &format!("f1-{}", self.nonce),
-            &self.uri.user,
-        )
-        .await?;
-        if !matches!(first, Confirmation::Ack(None)) {
-            return Err(format!(
-                "the first message should fit, got {}",
-                describe(&first)
-            ));
+        declare_inbox(&channel, (&self.full, &key), self.queue_type, 1).await?;
+        // A quorum queue with `reject-publish` takes one message more than `x-max-length`
+        // (RabbitMQ 3.10: limit 1 → ack, ack, nack): the contract expects exactly that.
+        let fits = match self.queue_type {
+            QueueType::Classic => 1,
+            QueueType::Quorum => 2,
+        };
+        for n in 1..=fits {
+            let answer = publish(
+                &channel,
+                &key,
+                &format!("f{n}-{}", self.nonce),
+                &self.uri.user,
+            )
+            .await?;
+            if !matches!(answer, Confirmation::Ack(None)) {
+                return Err(format!(
+                    "message {n} of {fits} should fit a {queue_type:?} inbox of length 1, got {}",
+                    describe(&answer),
+                    queue_type = self.queue_type
+                ));
+            }
         }
         match publish(
             &channel,
             &key,
-            &format!("f2-{}", self.nonce),
+            &format!("f{}-{}", fits + 1, self.nonce),
             &self.uri.user,
         )
         .await?
@@ -310,11 +322,11 @@ impl Suite<'_> {
 
 async fn declare_inbox(
     channel: &Channel,
-    queue: &str,
-    key: &str,
+    (queue, key): (&str, &str),
+    queue_type: QueueType,
     max_length: i64,
 ) -> Result<(), String> {
-    let arguments = topology::inbox_arguments(QueueType::Classic, max_length);
+    let arguments = topology::inbox_arguments(queue_type, max_length);
     topology::declare_bound_queue(channel, queue, INBOX_EXCHANGE, key, arguments).await
 }
 

@@ -57,14 +57,19 @@ pub fn vhost(fleet: &str) -> String {
 pub enum Tool {
     /// RabbitMQ's `rabbitmqctl` (exchanges through `rabbitmqadmin` or `--apply`).
     Rabbitmqctl,
-    /// LavinMQ's `lavinmqctl` (user and exchanges through its HTTP API with curl).
+    /// LavinMQ's `lavinmqctl`; the user (whose password `lavinmqctl add_user` would take on its
+    /// command line) and revocation through LavinMQ's control socket with curl.
     Lavinmqctl,
 }
+
+/// LavinMQ 2.9's control socket (`INTERNAL_UNIX_SOCKET`, src/lavinmq/http/constants.cr): HTTP
+/// requests on it run as LavinMQ's internal administrator, so no admin password is needed —
+/// only the right to open it (root or the LavinMQ user), as for `lavinmqctl` itself.
+pub const LAVINMQ_SOCKET: &str = "/tmp/lavinmqctl.sock";
 
 /// The commands that set up `fleet`, admitting `admits`, as a shell script to review and run.
 pub fn script(fleet: &str, admits: &[String], tool: Tool) -> String {
     let vhost = vhost(fleet);
-    let api = "http://localhost:15672/api";
     let ctl = match tool {
         Tool::Rabbitmqctl => "rabbitmqctl",
         Tool::Lavinmqctl => "lavinmqctl",
@@ -77,6 +82,15 @@ pub fn script(fleet: &str, admits: &[String], tool: Tool) -> String {
     line(format!(
         "# fleet `{fleet}`: vhost {vhost}, user {fleet} without tags, least-privilege permissions"
     ));
+    if tool == Tool::Lavinmqctl {
+        line(
+            "# as root or the LavinMQ user: lavinmqctl and curl talk to LavinMQ's control socket"
+                .to_owned(),
+        );
+        line(format!(
+            "sock={LAVINMQ_SOCKET}   # a build with an abstract socket (@{LAVINMQ_SOCKET}): curl --abstract-unix-socket"
+        ));
+    }
     line(format!("{ctl} add_vhost {}", quote(&vhost)));
     match tool {
         Tool::Rabbitmqctl => {
@@ -88,9 +102,11 @@ pub fn script(fleet: &str, admits: &[String], tool: Tool) -> String {
             line(format!("rabbitmqctl set_user_tags {}", quote(fleet)));
         }
         Tool::Lavinmqctl => {
-            line("# the password arrives on stdin as JSON, never on a command line: {\"password\":\"…\",\"tags\":\"\"}".to_owned());
+            // `lavinmqctl add_user NAME PASSWORD` takes the password as an argument: the user is
+            // made over the socket instead, its JSON read from a file.
+            line("# no tags; the password arrives as JSON on stdin, never on a command line: {\"password\":\"…\",\"tags\":\"\"}".to_owned());
             line(format!(
-                "curl -fsS -u admin -H 'content-type: application/json' -X PUT --data-binary @- {api}/users/{fleet} < /path/to/{fleet}.user.json"
+                "curl -fsS --unix-socket \"$sock\" -H 'content-type: application/json' -X PUT --data-binary @- http://localhost/api/users/{fleet} < /path/to/{fleet}.user.json"
             ));
         }
     }
@@ -106,7 +122,8 @@ pub fn script(fleet: &str, admits: &[String], tool: Tool) -> String {
                 quote(&vhost)
             ),
             Tool::Lavinmqctl => format!(
-                "curl -fsS -u admin -H 'content-type: application/json' -X PUT -d '{{\"type\":\"topic\",\"durable\":true}}' {api}/exchanges/%2F{fleet}/{exchange}"
+                "lavinmqctl create_exchange -p {} --durable topic {exchange}",
+                quote(&vhost)
             ),
         });
         line(set_permissions(
@@ -115,6 +132,17 @@ pub fn script(fleet: &str, admits: &[String], tool: Tool) -> String {
             origin,
             &admitted_permissions(origin),
         ));
+        line(match tool {
+            Tool::Rabbitmqctl => format!(
+                "# to revoke {origin} later: rabbitmqctl clear_permissions -p {} {}",
+                quote(&vhost),
+                quote(origin)
+            ),
+            // lavinmqctl has no clear_permissions.
+            Tool::Lavinmqctl => format!(
+                "# to revoke {origin} later: curl -fsS --unix-socket \"$sock\" -X DELETE http://localhost/api/permissions/%2F{fleet}/{origin}"
+            ),
+        });
     }
     out
 }
@@ -195,6 +223,132 @@ mod tests {
             assert!(own.is_match(allowed), "{allowed}");
         }
         assert!(read.is_match("x.in.mac") && !read.is_match(""));
+    }
+
+    /// Splits a shell line into words (single and double quotes; an unquoted `#` starts a
+    /// comment, `<` a redirection: both end the words).
+    fn words(line: &str) -> Vec<String> {
+        let (mut words, mut word, mut quote, mut any) = (Vec::new(), String::new(), None, false);
+        for c in line.chars() {
+            match (quote, c) {
+                (Some(q), c) if c == q => quote = None,
+                (Some(_), c) => word.push(c),
+                (None, '\'' | '"') => {
+                    quote = Some(c);
+                    any = true;
+                }
+                (None, '#' | '<') if word.is_empty() => break,
+                (None, ' ') => {
+                    if any || !word.is_empty() {
+                        words.push(std::mem::take(&mut word));
+                    }
+                    any = false;
+                }
+                (None, c) => word.push(c),
+            }
+        }
+        if any || !word.is_empty() {
+            words.push(word);
+        }
+        words
+    }
+
+    /// lavinmqctl 2.9's grammar for the commands the script uses (src/lavinmqctl/cli.cr:
+    /// COMPAT_CMDS, `create_exchange`'s parser, and the `-p` global option): the command, its
+    /// positional arguments, the flags it takes. `add_user` and `change_password` are absent on
+    /// purpose: they take the password as an argument.
+    const LAVINMQCTL: [(&str, usize, &[&str]); 3] = [
+        ("add_vhost", 1, &[]),
+        ("set_permissions", 4, &["-p"]),
+        ("create_exchange", 2, &["-p", "--durable"]),
+    ];
+
+    #[test]
+    fn the_lavinmq_script_follows_lavinmqctl_and_the_control_socket_api() {
+        let text = script("f1", &["f2".to_owned(), "f3".to_owned()], Tool::Lavinmqctl);
+        let mut seen = Vec::new();
+        for line in text.lines() {
+            let words = words(line);
+            let Some(program) = words.first() else {
+                continue;
+            };
+            match program.as_str() {
+                "lavinmqctl" => {
+                    let command = &words[1];
+                    let (_, positionals, flags) = LAVINMQCTL
+                        .iter()
+                        .find(|(name, ..)| name == command)
+                        .unwrap_or_else(|| panic!("not a lavinmqctl command here: {line}"));
+                    let mut rest = words[2..].iter();
+                    let mut args = Vec::new();
+                    while let Some(word) = rest.next() {
+                        if word.starts_with('-') {
+                            assert!(flags.contains(&word.as_str()), "{word} in {line}");
+                            if word == "-p" {
+                                assert!(rest.next().is_some_and(|v| v == "/f1"), "{line}");
+                            }
+                        } else {
+                            args.push(word.as_str());
+                        }
+                    }
+                    assert_eq!(args.len(), *positionals, "{line}");
+                    if command == "create_exchange" {
+                        assert_eq!(args[0], "topic", "type first, then the name: {line}");
+                        assert!(args[1].starts_with("x.in.f"), "{line}");
+                        assert!(words.contains(&"--durable".to_owned()), "{line}");
+                    }
+                    seen.push(command.clone());
+                }
+                "curl" => {
+                    let at = words.iter().position(|w| w == "--unix-socket").unwrap();
+                    assert_eq!(words[at + 1], "$sock", "over the control socket: {line}");
+                    assert!(
+                        !words.contains(&"-u".to_owned()),
+                        "no admin password: {line}"
+                    );
+                    assert_eq!(words[words.len() - 1], "http://localhost/api/users/f1");
+                    assert!(
+                        line.contains("--data-binary @- ")
+                            && line.ends_with("< /path/to/f1.user.json")
+                    );
+                    seen.push("user".to_owned());
+                }
+                "sock=/tmp/lavinmqctl.sock" => {}
+                other => panic!("unexpected command `{other}`: {line}"),
+            }
+        }
+        assert_eq!(
+            seen,
+            [
+                "add_vhost",
+                "user",
+                "set_permissions",
+                "create_exchange",
+                "set_permissions",
+                "create_exchange",
+                "set_permissions"
+            ]
+        );
+        // Revocation: lavinmqctl has no clear_permissions; the HTTP DELETE of each grant.
+        for origin in ["f2", "f3"] {
+            let revoke = text
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("# to revoke {origin} later: ")))
+                .unwrap();
+            let words = words(revoke);
+            assert_eq!(
+                words,
+                [
+                    "curl",
+                    "-fsS",
+                    "--unix-socket",
+                    "$sock",
+                    "-X",
+                    "DELETE",
+                    &format!("http://localhost/api/permissions/%2Ff1/{origin}")
+                ]
+            );
+        }
     }
 
     #[test]

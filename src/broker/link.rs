@@ -9,23 +9,26 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures_lite::StreamExt;
 use lapin::message::Delivery;
-use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions};
+use lapin::options::{
+    BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions, QueueDeleteOptions,
+};
 use lapin::types::FieldTable;
 use lapin::{Connection, Event};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use super::deliver::{Courier, Outlets, Pump};
 use super::envelope;
 use super::inbound::{Inbound, InboundRefusal};
 use super::topology::{self, CTL_EXCHANGE, QueueType, ROSTER_EXCHANGE};
-use super::{ConnectError, confirm_channel, connect};
+use super::{ConnectError, confirm_channel, connect_node};
 use crate::roster::{Change, HostId, Roster};
 use crate::secret::BrokerUri;
 use crate::wire::{self, HostKey, Kind, Meta, Party, Payload};
 
-/// Where the link stands; `since` is Unix milliseconds.
+/// Where the link stands; `since` is Unix milliseconds: when the link came up, or the first
+/// failure of the current run of failures (a retry does not move it).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LinkStatus {
     /// Not yet tried.
@@ -34,12 +37,14 @@ pub enum LinkStatus {
     Up {
         /// Since when.
         since: i64,
+        /// The node (`host:port`).
+        node: String,
     },
     /// The broker cannot be reached.
     Unreachable {
         /// Since when.
         since: i64,
-        /// The last error.
+        /// The last error (per node tried).
         reason: String,
     },
     /// The broker refuses the credential or a declaration: retried slowly.
@@ -51,15 +56,65 @@ pub enum LinkStatus {
     },
 }
 
+impl LinkStatus {
+    /// The same state with the earlier `since` of `previous` when both are the same kind of
+    /// failure: the status says since when the broker has been unreachable, not the last retry.
+    fn continuing(self, previous: &LinkStatus) -> LinkStatus {
+        match (self, previous) {
+            (LinkStatus::Unreachable { reason, .. }, LinkStatus::Unreachable { since, .. }) => {
+                LinkStatus::Unreachable {
+                    since: *since,
+                    reason,
+                }
+            }
+            (LinkStatus::Refused { reason, .. }, LinkStatus::Refused { since, .. }) => {
+                LinkStatus::Refused {
+                    since: *since,
+                    reason,
+                }
+            }
+            (next, _) => next,
+        }
+    }
+}
+
 impl std::fmt::Display for LinkStatus {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             LinkStatus::Starting => f.write_str("broker: starting"),
-            LinkStatus::Up { since } => write!(f, "broker: connected since {since}"),
-            LinkStatus::Unreachable { since, .. } => write!(f, "broker: unreachable since {since}"),
-            LinkStatus::Refused { since, .. } => write!(f, "broker: refused since {since}"),
+            LinkStatus::Up { since, node } => {
+                write!(f, "broker: connected to {node} since {}", utc(*since))
+            }
+            LinkStatus::Unreachable { since, reason } => {
+                write!(f, "broker: unreachable since {}: {reason}", utc(*since))
+            }
+            LinkStatus::Refused { since, reason } => {
+                write!(f, "broker: refused since {}: {reason}", utc(*since))
+            }
         }
     }
+}
+
+/// Unix milliseconds as `YYYY-MM-DDTHH:MM:SSZ` (UTC; the proleptic Gregorian calendar).
+pub fn utc(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Howard Hinnant's days-to-civil.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
 }
 
 /// Deliveries in flight per consumer (set explicitly: LavinMQ would default to 65535).
@@ -116,11 +171,17 @@ pub async fn supervise(
         if *stop.borrow() {
             return;
         }
-        let outcome = match connect(&uri, None).await {
-            Ok(connection) => match declare(&connection, &settings).await {
+        let outcome = match connect_node(&uri, None).await {
+            Ok((connection, index, node)) => match declare(&connection, &settings).await {
                 Ok(()) => {
-                    failures = 0;
-                    set(&status, LinkStatus::Up { since: now_ms() });
+                    let up_at = tokio::time::Instant::now();
+                    set(
+                        &status,
+                        LinkStatus::Up {
+                            since: now_ms(),
+                            node: node.to_string(),
+                        },
+                    );
                     let link = Served {
                         connection: &connection,
                         uri: &uri,
@@ -129,14 +190,20 @@ pub async fn supervise(
                         presence: &presence,
                         courier: &courier,
                     };
-                    let lost = link.serve(&mut stop).await;
-                    if lost.is_none() {
+                    let Some(lost) = link.serve(&mut stop).await else {
                         let _ = connection.close(200, "fleetd stopping".into()).await;
                         return;
+                    };
+                    // Only a link that held counts as a success: one the broker drops again at
+                    // once (LavinMQ closing the publishing channel on low disk, a node that
+                    // accepts and then fails) backs off further each time instead of cycling.
+                    if up_at.elapsed() >= STABLE {
+                        failures = 0;
                     }
+                    uri.lost(index);
                     LinkStatus::Unreachable {
                         since: now_ms(),
-                        reason: lost.unwrap_or_default(),
+                        reason: format!("{node}: {lost}"),
                     }
                 }
                 Err(reason) => LinkStatus::Refused {
@@ -153,7 +220,22 @@ pub async fn supervise(
                 reason,
             },
         };
+        if let Some(parked) = queue_type_mismatch(&outcome, settings.queue_type) {
+            // Retrying cannot help: the broker refuses the declaration until the operator
+            // moves the queues. Said once, clearly, and kept as the status until fleetd stops.
+            error!(reason = %parked, "broker link parked: queue type mismatch");
+            set(
+                &status,
+                LinkStatus::Refused {
+                    since: now_ms(),
+                    reason: parked,
+                },
+            );
+            let _ = stop.changed().await;
+            return;
+        }
         let refused = matches!(outcome, LinkStatus::Refused { .. });
+        let outcome = outcome.continuing(&status.borrow());
         set(&status, outcome);
         failures = failures.saturating_add(1);
         let delay = if refused {
@@ -166,6 +248,33 @@ pub async fn supervise(
             _ = stop.changed() => return,
         }
     }
+}
+
+/// How long a link must stay up for the backoff to start again from its shortest wait.
+const STABLE: Duration = Duration::from_secs(10);
+
+/// What RabbitMQ says when a queue is declared with another `x-queue-type` than it has.
+const QUEUE_TYPE_MISMATCH: &str = "inequivalent arg 'x-queue-type'";
+
+/// The operator's message when `outcome` failed on a queue that exists with another queue type
+/// than `configured` (the fleet's `broker.queue_type` changed): `None` for anything else.
+fn queue_type_mismatch(outcome: &LinkStatus, configured: QueueType) -> Option<String> {
+    let (LinkStatus::Refused { reason, .. } | LinkStatus::Unreachable { reason, .. }) = outcome
+    else {
+        return None;
+    };
+    if !reason.contains(QUEUE_TYPE_MISMATCH) {
+        return None;
+    }
+    let configured = match configured {
+        QueueType::Classic => "classic",
+        QueueType::Quorum => "quorum",
+    };
+    Some(format!(
+        "a queue of this fleet exists with another type than broker.queue_type = \"{configured}\" \
+         ({reason}); fleetd does not retry: move the fleet's queues as docs/broker.md \
+         \"Changing a fleet's queue type\" says, then restart fleetd"
+    ))
 }
 
 /// Jittered exponential backoff: 0.5 s doubling up to `cap`, each wait drawn from [d/2, d].
@@ -213,8 +322,28 @@ async fn declare(connection: &Connection, settings: &LinkSettings) -> Result<(),
             .iter()
             .map(|o| (topology::ingress_exchange(o), "roster.#".to_owned())),
     );
-    topology::declare_roster_queue(&channel, &format!("gw.{}.roster", settings.host), &bindings)
-        .await?;
+    let roster = format!("gw.{}.roster", settings.host);
+    let declared =
+        topology::declare_roster_queue(&channel, &roster, settings.queue_type, &bindings).await;
+    let channel = match declared {
+        Err(reason) if reason.contains("PRECONDITION_FAILED") => {
+            // Declared before with other arguments (`queue_type` changed): presence is soft
+            // state, so the old roster queue goes and the new one takes its place. The failed
+            // declare closed the channel.
+            let channel = connection
+                .create_channel()
+                .await
+                .map_err(|e| e.to_string())?;
+            channel
+                .queue_delete(roster.as_str().into(), QueueDeleteOptions::default())
+                .await
+                .map_err(|e| format!("delete `{roster}` to redeclare it: {e}"))?;
+            topology::declare_roster_queue(&channel, &roster, settings.queue_type, &bindings)
+                .await?;
+            channel
+        }
+        declared => declared.map(|()| channel)?,
+    };
     let _ = channel.close(200, "declared".into()).await;
     Ok(())
 }
@@ -497,7 +626,7 @@ impl Served<'_> {
         let exchange = topology::ingress_exchange(&self.presence.fleet);
         for fleet in &self.settings.beat_to {
             let vhost = format!("/{fleet}");
-            let Some(channel) = outlets.channel(&vhost) else {
+            let Some(channel) = outlets.beat_channel(&vhost) else {
                 continue;
             };
             let sent = publish_beat(
@@ -652,7 +781,9 @@ fn set(status: &watch::Sender<LinkStatus>, next: LinkStatus) {
     let changed = std::mem::discriminant(&*status.borrow()) != std::mem::discriminant(&next);
     if changed {
         match &next {
-            LinkStatus::Up { .. } => info!("broker connected; topology declared"),
+            LinkStatus::Up { node, .. } => {
+                info!(broker.node = %node, "broker connected; topology declared")
+            }
             LinkStatus::Unreachable { reason, .. } => {
                 warn!(%reason, "broker unreachable; local routing continues, retrying with backoff")
             }
@@ -674,6 +805,38 @@ fn now_ms() -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn status_dates_are_utc_and_a_retry_keeps_the_first_failure() {
+        assert_eq!(utc(0), "1970-01-01T00:00:00Z");
+        assert_eq!(utc(951_782_400_000), "2000-02-29T00:00:00Z");
+        assert_eq!(utc(1_796_454_601_999), "2026-12-05T07:10:01Z");
+        let first = LinkStatus::Unreachable {
+            since: 1_000,
+            reason: "a".into(),
+        };
+        let retry = LinkStatus::Unreachable {
+            since: 9_000,
+            reason: "b".into(),
+        }
+        .continuing(&first);
+        assert_eq!(
+            retry,
+            LinkStatus::Unreachable {
+                since: 1_000,
+                reason: "b".into()
+            }
+        );
+        let refused = LinkStatus::Refused {
+            since: 9_000,
+            reason: "c".into(),
+        };
+        assert_eq!(refused.clone().continuing(&retry), refused);
+        assert_eq!(
+            retry.to_string(),
+            "broker: unreachable since 1970-01-01T00:00:01Z: b"
+        );
+    }
 
     #[test]
     fn backoff_grows_jittered_and_is_capped() {

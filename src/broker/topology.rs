@@ -110,9 +110,18 @@ pub async fn declare_bound_queue(
 }
 
 /// Arguments of a roster queue: presence is soft state, so the queue expires when its gateway is
-/// gone for two minutes, beats older than 15 s are dropped, and the length is bounded.
-pub fn roster_arguments() -> FieldTable {
+/// gone for two minutes, beats older than 15 s are dropped, and the length is bounded. With
+/// quorum queues the roster queue is quorum too (durable, replicated): a classic queue lives on
+/// one node, and losing that node would cancel its consumer and bounce the link of a host
+/// connected elsewhere. (RabbitMQ ≥ 3.10 honours `x-message-ttl` on quorum queues.)
+pub fn roster_arguments(queue_type: QueueType) -> FieldTable {
     let mut args = FieldTable::default();
+    if queue_type == QueueType::Quorum {
+        args.insert(
+            ShortString::from("x-queue-type"),
+            AMQPValue::LongString(LongString::from("quorum")),
+        );
+    }
     args.insert(
         ShortString::from("x-expires"),
         AMQPValue::LongLongInt(120_000),
@@ -128,19 +137,20 @@ pub fn roster_arguments() -> FieldTable {
     args
 }
 
-/// Declares this host's named (never server-named) roster queue and binds it from each
-/// `(exchange, key)`.
+/// Declares this host's named (never server-named) roster queue (see [`roster_arguments`];
+/// durable when quorum, as quorum queues must be) and binds it from each `(exchange, key)`.
 pub async fn declare_roster_queue(
     channel: &Channel,
     queue: &str,
+    queue_type: QueueType,
     bindings: &[(String, String)],
 ) -> Result<(), String> {
+    let options = QueueDeclareOptions {
+        durable: queue_type == QueueType::Quorum,
+        ..QueueDeclareOptions::default()
+    };
     channel
-        .queue_declare(
-            queue.into(),
-            QueueDeclareOptions::default(),
-            roster_arguments(),
-        )
+        .queue_declare(queue.into(), options, roster_arguments(queue_type))
         .await
         .map_err(|e| format!("declare queue `{queue}`: {e}"))?;
     for (exchange, key) in bindings {

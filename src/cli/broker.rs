@@ -9,6 +9,7 @@ use secrecy::SecretString;
 use zeroize::Zeroizing;
 
 use super::{Output, exit};
+use crate::broker::topology::QueueType;
 use crate::broker::{self, contract, grants};
 use crate::config::Config;
 use crate::secret::{self, BROKER_URI, BrokerUri, SecretName, SecretSpec};
@@ -37,6 +38,10 @@ pub enum BrokerCommand {
         /// the credential or keyring entry `broker-admin-uri`.
         #[arg(long, value_name = "VAR", default_value = "FLEETD_ADMIN_URI")]
         admin_uri_env: String,
+        /// With --apply: the node rabbitmqctl talks to (`rabbitmqctl -n NODE`, e.g.
+        /// `rabbit@broker2`; any node of a cluster); default: the local node.
+        #[arg(long, value_name = "NODE", requires = "apply")]
+        node: Option<String>,
     },
     /// Run the 8-check AMQP contract suite for the broker credential against a vhost.
     Contract {
@@ -49,6 +54,9 @@ pub enum BrokerCommand {
         /// `capable`: every check must pass (own vhost). `isolated`: every check must fail.
         #[arg(long, value_enum, default_value_t = Expect::Capable)]
         expect: Expect,
+        /// The queue type to check (default: `broker.queue_type` from the config, else classic).
+        #[arg(long, value_enum)]
+        queue_type: Option<QueueTypeArg>,
     },
 }
 
@@ -59,6 +67,15 @@ pub enum ToolArg {
     Rabbitmqctl,
     /// LavinMQ.
     Lavinmqctl,
+}
+
+/// `--queue-type` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum QueueTypeArg {
+    /// Classic queues.
+    Classic,
+    /// Quorum queues.
+    Quorum,
 }
 
 /// What the contract run must show.
@@ -83,6 +100,7 @@ pub(super) fn run(command: &BrokerCommand, config: Option<&Path>, out: &Output) 
             apply,
             password_file,
             admin_uri_env,
+            node,
         } => {
             for name in std::iter::once(fleet).chain(admits) {
                 if !valid_fleet(name) {
@@ -102,11 +120,18 @@ pub(super) fn run(command: &BrokerCommand, config: Option<&Path>, out: &Output) 
                 out.note("error: not yet supported: --apply with lavinmqctl (print the commands and run them)");
                 return exit::code(exit::USAGE);
             }
+            let ctl = match broker::Rabbitmqctl::new(node.as_deref()) {
+                Ok(ctl) => ctl,
+                Err(error) => {
+                    out.note(&format!("error: {error}"));
+                    return exit::code(exit::USAGE);
+                }
+            };
             runtime.block_on(apply_grants(
                 fleet,
                 admits,
                 password_file.as_deref(),
-                admin_uri_env,
+                (admin_uri_env, &ctl),
                 out,
             ))
         }
@@ -114,10 +139,11 @@ pub(super) fn run(command: &BrokerCommand, config: Option<&Path>, out: &Output) 
             vhost,
             uri_env,
             expect,
+            queue_type,
         } => runtime.block_on(run_contract(
             vhost.as_deref(),
             uri_env.as_deref(),
-            *expect,
+            (*expect, *queue_type),
             config,
             out,
         )),
@@ -136,7 +162,7 @@ async fn apply_grants(
     fleet: &str,
     admits: &[String],
     password_file: Option<&Path>,
-    admin_env: &str,
+    (admin_env, ctl): (&str, &broker::Rabbitmqctl),
     out: &Output,
 ) -> ExitCode {
     let password = match read_password(password_file) {
@@ -150,7 +176,7 @@ async fn apply_grants(
         Some(uri) => uri,
         None => return exit::code(exit::FAILED),
     };
-    match broker::apply(fleet, admits, &password, &admin).await {
+    match broker::apply(fleet, admits, &password, &admin, ctl).await {
         Ok(report) => {
             for line in report {
                 out.line(&line);
@@ -218,11 +244,19 @@ fn resolve_uri(name: &str, env: Option<&str>, out: &Output) -> Option<BrokerUri>
 async fn run_contract(
     vhost: Option<&str>,
     uri_env: Option<&str>,
-    expect: Expect,
+    (expect, queue_type): (Expect, Option<QueueTypeArg>),
     config: Option<&Path>,
     out: &Output,
 ) -> ExitCode {
     let loaded = Config::load(config);
+    let configured = loaded
+        .as_ref()
+        .map_or(QueueType::Classic, |c| c.broker.queue_type);
+    let queue_type = match queue_type {
+        Some(QueueTypeArg::Classic) => QueueType::Classic,
+        Some(QueueTypeArg::Quorum) => QueueType::Quorum,
+        None => configured,
+    };
     let (env, ca_file) = match (uri_env, loaded) {
         (Some(var), loaded) => (
             Some(var.to_owned()),
@@ -243,10 +277,11 @@ async fn run_contract(
     }
     let vhost = vhost.unwrap_or(&uri.vhost).to_owned();
     out.line(&format!(
-        "contract for user `{}` on vhost `{vhost}` at {}:{}",
-        uri.user, uri.host, uri.port
+        "contract for user `{}` on vhost `{vhost}` at {} ({queue_type:?} queues)",
+        uri.user,
+        uri.node_list()
     ));
-    let results = contract::run(&uri, &vhost).await;
+    let results = contract::run(&uri, &vhost, queue_type).await;
     let passed = results.iter().filter(|r| r.outcome.is_ok()).count();
     for result in &results {
         match &result.outcome {

@@ -75,7 +75,7 @@ pub(super) fn run(
         return exit::code(exit::FAILED);
     }
     // Confine the process while it is still one thread: the runtime's workers inherit it.
-    let plan = Plan::for_daemon(&config, broker_port(&secrets));
+    let plan = Plan::for_daemon(&config, &broker_ports(&secrets));
     let sandbox = match sandbox::apply(&plan, config.sandbox) {
         Ok(enforced) => enforced,
         Err(error) => {
@@ -102,11 +102,13 @@ pub(super) fn run(
     }
 }
 
-/// The broker's TCP port, from the resolved broker URI secret (the sandbox allows only it).
-pub(super) fn broker_port(secrets: &[secret::Resolved]) -> Option<u16> {
+/// The broker nodes' TCP ports, from the resolved broker URI secret (the sandbox allows only
+/// them); none without a broker.
+pub(super) fn broker_ports(secrets: &[secret::Resolved]) -> Vec<u16> {
     secrets
         .iter()
         .find(|s| s.name.as_str() == secret::BROKER_URI)
         .and_then(|s| secret::BrokerUri::parse(&s.value).ok())
-        .map(|uri| uri.port)
+        .map(|uri| uri.ports())
+        .unwrap_or_default()
 }

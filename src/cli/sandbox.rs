@@ -52,7 +52,7 @@ pub(super) fn run(command: &SandboxCommand, config_path: Option<&Path>, out: &Ou
             return exit::code(exit::FAILED);
         }
     };
-    let plan = Plan::for_daemon(&config, super::run::broker_port(&secrets));
+    let plan = Plan::for_daemon(&config, &super::run::broker_ports(&secrets));
     drop(secrets);
     match sandbox::apply(&plan, config.sandbox) {
         Ok(enforced) => out.line(&enforced.to_string()),

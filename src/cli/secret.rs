@@ -97,8 +97,9 @@ fn check(config: Option<&Path>, out: &Output) -> ExitCode {
                 if resolved.name.as_str() == BROKER_URI {
                     note = match BrokerUri::parse(&resolved.value) {
                         Ok(uri) => format!(
-                            ", amqp uri for vhost `{}` at {}:{}",
-                            uri.vhost, uri.host, uri.port
+                            ", amqp uri for vhost `{}` at {}",
+                            uri.vhost,
+                            uri.node_list()
                         ),
                         Err(error) => {
                             failed = true;

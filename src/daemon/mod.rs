@@ -315,8 +315,7 @@ impl Fabric {
         crate::broker::pin_ca(&mut uri, config.broker.ca_file.as_deref())
             .map_err(RunError::CaFile)?;
         info!(
-            broker.host = %uri.host,
-            broker.port = uri.port,
+            broker.nodes = %uri.node_list(),
             broker.vhost = %uri.vhost,
             "connecting to the broker"
         );

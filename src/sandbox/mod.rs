@@ -56,9 +56,9 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// The daemon's plan: `config`'s files and directories, the broker's port if a broker is
-    /// configured, and the multiplexer's needs.
-    pub fn for_daemon(config: &Config, broker_port: Option<u16>) -> Plan {
+    /// The daemon's plan: `config`'s files and directories, the broker nodes' ports if a broker
+    /// is configured, and the multiplexer's needs.
+    pub fn for_daemon(config: &Config, broker_ports: &[u16]) -> Plan {
         let mut plan = Plan::default();
         plan.read.extend(config.file.iter().cloned());
         plan.read.push(config.paths.policy.clone());
@@ -86,8 +86,9 @@ impl Plan {
         plan.write.push(config.paths.state.clone());
         plan.write.push(config.paths.runtime.clone());
         plan.write.push(PathBuf::from("/dev/null"));
-        if let Some(port) = broker_port {
-            plan.connect.extend([port, 53]);
+        if !broker_ports.is_empty() {
+            plan.connect.extend(broker_ports);
+            plan.connect.push(53);
         }
         plan.scope_abstract_sockets =
             !std::env::var("NOTIFY_SOCKET").is_ok_and(|s| s.starts_with('@'));

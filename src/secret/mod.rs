@@ -24,7 +24,7 @@ pub use keyring::{
     KeyringError, SERVICE as KEYRING_SERVICE, delete as keyring_delete, store as keyring_store,
 };
 pub use process::{HardenError, harden_process, hardening_state};
-pub use uri::{BrokerUri, UriError};
+pub use uri::{BrokerUri, MAX_NODES, Node, UriError};
 
 /// The environment variable systemd sets to the unit's credential directory.
 pub const ENV_CREDENTIALS_DIRECTORY: &str = "CREDENTIALS_DIRECTORY";

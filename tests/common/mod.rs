@@ -33,13 +33,26 @@ pub fn nonce() -> u128 {
 
 /// Applies `fleetd broker grants --apply` for `fleet`, admitting `admits`, with `password` on stdin.
 pub fn grants(fleet: &str, admits: &[&str], password: &str) {
+    grants_on(None, fleet, admits, password);
+}
+
+/// [`grants`] on the default node, or with `Some((node, admin_uri))` through
+/// `rabbitmqctl -n NODE` and that admin URI (a cluster).
+pub fn grants_on(on: Option<(&str, &str)>, fleet: &str, admits: &[&str], password: &str) {
     let mut args = vec!["broker", "grants", "--fleet", fleet, "--apply"];
     for origin in admits {
         args.extend_from_slice(&["--admit", origin]);
     }
+    let admin = match on {
+        Some((node, admin)) => {
+            args.extend_from_slice(&["--node", node]);
+            admin
+        }
+        None => "amqp://guest:guest@127.0.0.1:5672/",
+    };
     let mut child = Command::new(BIN)
         .args(&args)
-        .env("FLEETD_ADMIN_URI", "amqp://guest:guest@127.0.0.1:5672/")
+        .env("FLEETD_ADMIN_URI", admin)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -71,6 +84,8 @@ pub fn grants(fleet: &str, admits: &[&str], password: &str) {
 pub struct Fleets {
     pub names: Vec<String>,
     pub children: Vec<Child>,
+    /// The node their vhosts and users live on (`rabbitmqctl -n`); the default node if `None`.
+    pub node: Option<String>,
 }
 
 impl Fleets {
@@ -78,6 +93,7 @@ impl Fleets {
         Fleets {
             names: names.iter().map(|n| (*n).to_owned()).collect(),
             children: Vec::new(),
+            node: None,
         }
     }
 }
@@ -88,11 +104,14 @@ impl Drop for Fleets {
             let _ = child.kill();
             let _ = child.wait();
         }
+        let node: Vec<&str> = self.node.iter().flat_map(|n| ["-n", n]).collect();
         for fleet in &self.names {
             let _ = Command::new("rabbitmqctl")
+                .args(&node)
                 .args(["-q", "delete_vhost", &format!("/{fleet}")])
                 .output();
             let _ = Command::new("rabbitmqctl")
+                .args(&node)
                 .args(["-q", "delete_user", fleet])
                 .output();
         }
@@ -370,6 +389,23 @@ impl Host {
             .as_array()
             .unwrap_or_else(|| panic!("held.pull: {reply}"))
             .clone()
+    }
+
+    /// Drains `agent`'s held messages (pull, ack), returning their texts in order.
+    pub fn drain(&self, agent: &str) -> Vec<String> {
+        let mut texts = Vec::new();
+        loop {
+            let batch = self.held(agent);
+            if batch.is_empty() {
+                return texts;
+            }
+            for message in batch {
+                texts.push(message["body"]["text"].as_str().unwrap().to_owned());
+                let id = message["id"].as_str().unwrap();
+                let ack = self.api(&serde_json::json!({"op": "held.ack", "id": id}));
+                assert_eq!(ack["acknowledged"], true, "{ack}");
+            }
+        }
     }
 
     /// Waits until this host's roster lists agent `id`.

@@ -72,7 +72,8 @@ impl Courier {
                 let Some(plan) = plan else { return true };
                 match taken.next() {
                     Some(Taken::New) if plan.event == REFUSED => {
-                        tracing::warn!(msg.id = %plan.meta.id, msg.kind = plan.meta.kind.as_str(), origin.fleet = %plan.meta.origin.fleet, origin.host = %plan.meta.origin.host, "message refused; its sender is told why");
+                        let reason = plan.detail.get("reason").and_then(Value::as_str).unwrap_or_default();
+                        tracing::warn!(msg.id = %plan.meta.id, msg.kind = plan.meta.kind.as_str(), origin.fleet = %plan.meta.origin.fleet, origin.host = %plan.meta.origin.host, %reason, "message refused; its sender is told why");
                         queued = true;
                         audit.push((plan.event, plan.detail.clone()));
                         true

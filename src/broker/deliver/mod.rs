@@ -8,6 +8,7 @@
 
 mod intake;
 mod pump;
+mod settle;
 
 pub use pump::{Outlets, Pump};
 

@@ -11,6 +11,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 use uuid::Uuid;
 
+use super::settle::{Answer, Outcome, Returns};
 use super::{Courier, MAX_IN_FLIGHT, PUMP_ROUND, now_ms};
 use crate::broker::connect::{self, confirm_channel, connect};
 use crate::broker::envelope::{OutboxRecord, properties};
@@ -22,6 +23,8 @@ use crate::wire::{DeliveryState, Tracked};
 #[derive(Default)]
 pub struct Pump {
     in_flight: HashSet<Uuid>,
+    /// Returns whose message's own confirm has not been read yet.
+    returns: Returns,
     confirms: JoinSet<(Uuid, Result<Confirmation, String>)>,
     /// The last run stopped at its round or at [`MAX_IN_FLIGHT`]: entries may be waiting.
     behind: bool,
@@ -45,12 +48,21 @@ pub struct Outlets {
     failing: HashSet<String>,
 }
 
+/// A foreign vhost's open connection: a confirm channel for messages, and a channel without
+/// confirms for presence beats (a beat is fire-and-forget; on the confirm channel its confirm
+/// would be dropped, and with it any return lapin handed to that confirm).
+struct Opened {
+    connection: Connection,
+    confirm: Channel,
+    beats: Channel,
+}
+
 /// A foreign vhost's outlet.
 enum Foreign {
     /// Being opened; the task wakes the pump (`outbox_ready`) when it is done.
-    Opening(oneshot::Receiver<Result<(Connection, Channel), String>>),
+    Opening(oneshot::Receiver<Result<Opened, String>>),
     /// Open.
-    Open(Box<Connection>, Channel),
+    Open(Box<Opened>),
     /// The last attempt failed; not tried again before this instant.
     Resting(Instant),
 }
@@ -80,23 +92,33 @@ impl Outlets {
         if vhost == self.own_vhost {
             return Some(self.own.clone());
         }
-        match self.foreign.get_mut(vhost) {
-            Some(Foreign::Open(connection, channel)) => {
-                if connection.status().connected() && channel.status().connected() {
-                    return Some(channel.clone());
-                }
+        self.foreign(vhost).map(|opened| opened.confirm.clone())
+    }
+
+    /// The channel without confirms for presence beats into foreign `vhost`, opened like
+    /// [`Outlets::channel`]'s. Never waits.
+    pub fn beat_channel(&mut self, vhost: &str) -> Option<Channel> {
+        self.foreign(vhost).map(|opened| opened.beats.clone())
+    }
+
+    /// Foreign `vhost`'s open connection, or `None` while it opens (started here if needed) or
+    /// rests after a failure.
+    fn foreign(&mut self, vhost: &str) -> Option<&Opened> {
+        let usable = match self.foreign.get_mut(vhost) {
+            Some(Foreign::Open(opened)) => {
+                opened.connection.status().connected()
+                    && opened.confirm.status().connected()
+                    && opened.beats.status().connected()
             }
             Some(Foreign::Opening(pending)) => match pending.try_recv() {
                 Err(oneshot::error::TryRecvError::Empty) => return None,
-                Ok(Ok((connection, channel))) => {
+                Ok(Ok(opened)) => {
                     if self.failing.remove(vhost) {
                         tracing::info!(%vhost, "foreign vhost reachable again");
                     }
-                    self.foreign.insert(
-                        vhost.to_owned(),
-                        Foreign::Open(Box::new(connection), channel.clone()),
-                    );
-                    return Some(channel);
+                    self.foreign
+                        .insert(vhost.to_owned(), Foreign::Open(Box::new(opened)));
+                    true
                 }
                 Ok(Err(reason)) => {
                     if self.failing.insert(vhost.to_owned()) {
@@ -111,7 +133,13 @@ impl Outlets {
                 }
             },
             Some(Foreign::Resting(until)) if Instant::now() < *until => return None,
-            Some(Foreign::Resting(_)) | None => {}
+            Some(Foreign::Resting(_)) | None => false,
+        };
+        if usable {
+            return match self.foreign.get(vhost) {
+                Some(Foreign::Open(opened)) => Some(opened),
+                _ => None,
+            };
         }
         let (tx, rx) = oneshot::channel();
         let (uri, courier, target) = (
@@ -120,9 +148,9 @@ impl Outlets {
             vhost.to_owned(),
         );
         tokio::spawn(async move {
-            if let Err(Ok((connection, _))) = tx.send(open(&uri, &target).await) {
+            if let Err(Ok(opened)) = tx.send(open(&uri, &target).await) {
                 // Nobody waits any more (the link reconnected or stopped).
-                let _ = connection.close(200, "unused".into()).await;
+                let _ = opened.connection.close(200, "unused".into()).await;
             }
             courier.outbox_ready.notify_one();
         });
@@ -147,24 +175,34 @@ impl Outlets {
     /// waiting).
     pub async fn close(&mut self) {
         for (_, foreign) in self.foreign.drain() {
-            if let Foreign::Open(connection, _) = foreign {
-                let _ = connection.close(200, "fleetd stopping".into()).await;
+            if let Foreign::Open(opened) = foreign {
+                let _ = opened.connection.close(200, "fleetd stopping".into()).await;
             }
         }
     }
 }
 
-/// Opens a publish-only confirm channel in `vhost`, within the handshake bound.
-async fn open(uri: &BrokerUri, vhost: &str) -> Result<(Connection, Channel), String> {
-    let opened = async {
-        let connection = connect(uri, Some(vhost)).await.map_err(|e| e.to_string())?;
-        let channel = confirm_channel(&connection).await?;
-        Ok::<_, String>((connection, channel))
+/// Opens a publish-only connection to `vhost` with its two channels (see [`Opened`]), within
+/// the handshake bound.
+async fn open(uri: &BrokerUri, vhost: &str) -> Result<Opened, String> {
+    // The connect is bounded by itself (per node); the channel RPCs after it must be too.
+    let connection = connect(uri, Some(vhost)).await.map_err(|e| e.to_string())?;
+    let channels = async {
+        let confirm = confirm_channel(&connection).await?;
+        let beats = connection
+            .create_channel()
+            .await
+            .map_err(|e| format!("channel: {e}"))?;
+        Ok::<_, String>((confirm, beats))
     };
-    // The connect is bounded by itself; the channel RPCs after it must be too.
-    tokio::time::timeout(connect::HANDSHAKE_TIMEOUT, opened)
+    let (confirm, beats) = tokio::time::timeout(connect::HANDSHAKE_TIMEOUT, channels)
         .await
-        .unwrap_or_else(|_| Err(format!("no answer opening a channel in `{vhost}`")))
+        .unwrap_or_else(|_| Err(format!("no answer opening a channel in `{vhost}`")))?;
+    Ok(Opened {
+        connection,
+        confirm,
+        beats,
+    })
 }
 
 impl Pump {
@@ -287,57 +325,77 @@ impl Pump {
             answers.push(more);
         }
         let now = now_ms();
-        let mut removed = Vec::with_capacity(answers.len());
-        let mut moved: Vec<(Uuid, Vec<u8>)> = Vec::new();
+        let mut confirms = Vec::with_capacity(answers.len());
+        let mut returned = Vec::new();
         let mut lost = None;
-        let mut settle = |id: Uuid, state: DeliveryState, reason: Option<&str>| {
-            removed.push(id);
-            let record = courier
-                .state
-                .delivery_get(id)
-                .ok()
-                .flatten()
-                .and_then(|b| Tracked::decode(&b));
-            if let Some(t) = record {
-                let mut t = t.moved(state, reason.map(str::to_owned), now);
-                t.in_broker = true;
-                moved.push((id, t.encode()));
-            }
-        };
         for joined in answers {
             let Ok((id, answer)) = joined else {
                 lost = Some("a confirm task failed".to_owned());
                 continue;
             };
             self.in_flight.remove(&id);
+            // lapin hands a return to whichever confirm completes next: kept by message id.
             match answer {
-                Ok(Confirmation::Ack(returned)) => {
-                    // lapin pairs a return with whichever confirm completes next: go by its id.
-                    if let Some(returned_id) = returned.as_ref().and_then(|r| {
-                        r.delivery
-                            .properties
-                            .message_id()
-                            .as_ref()
-                            .and_then(|m| Uuid::parse_str(m.as_str()).ok())
-                    }) {
-                        settle(
-                            returned_id,
-                            DeliveryState::Failed,
-                            Some("no such agent (no inbox is bound)"),
-                        );
-                    }
-                    settle(id, DeliveryState::Queued, None);
+                Ok(Confirmation::Ack(r)) => {
+                    returned.extend(returned_id(r.as_deref()));
+                    confirms.push((id, Answer::Ack));
                 }
-                Ok(Confirmation::Nack(_)) => settle(id, DeliveryState::Failed, Some("inbox full")),
+                Ok(Confirmation::Nack(r)) => {
+                    returned.extend(returned_id(r.as_deref()));
+                    confirms.push((id, Answer::Nack));
+                }
                 Ok(Confirmation::NotRequested) => lost = Some("confirm mode is off".to_owned()),
                 Err(reason) => lost = Some(reason),
             }
         }
-        // A returned id settles first as failed; its own ack (queued) then cannot move it back.
+        let read = self
+            .returns
+            .read(&confirms, &returned, |id| self.in_flight.contains(&id));
+        let record = |id: Uuid| {
+            courier
+                .state
+                .delivery_get(id)
+                .ok()
+                .flatten()
+                .and_then(|b| Tracked::decode(&b))
+        };
+        let mut removed = Vec::with_capacity(read.settled.len());
+        let mut moved: Vec<(Uuid, Vec<u8>)> = Vec::new();
+        for (id, outcome) in read.settled {
+            removed.push(id);
+            let state = match outcome {
+                Outcome::Queued => DeliveryState::Queued,
+                Outcome::NoSuchAgent | Outcome::InboxFull => DeliveryState::Failed,
+            };
+            if let Some(t) = record(id) {
+                let mut t = t.moved(state, outcome.reason().map(str::to_owned), now);
+                t.in_broker = true;
+                moved.push((id, t.encode()));
+            }
+        }
+        // Returned after its ack was read: it was never routed, so `queued` becomes `no such
+        // agent`; one that already failed (a nack: inbox full) stays as it is.
+        for id in read.late {
+            if let Some(t) = record(id).filter(|t| t.state == DeliveryState::Queued && t.in_broker)
+            {
+                let t = t.moved(
+                    DeliveryState::Failed,
+                    Outcome::NoSuchAgent.reason().map(str::to_owned),
+                    now,
+                );
+                moved.push((id, t.encode()));
+            }
+        }
         let records: Vec<(Uuid, &[u8])> = moved.iter().map(|(id, r)| (*id, r.as_slice())).collect();
         if let Err(error) = courier.state.outbox_settle(&removed, &records) {
             return Some(Err(error.to_string()));
         }
         Some(lost.map_or(Ok(()), Err))
     }
+}
+
+/// The message id of a returned message (fleetd's ids are UUIDs; anything else is not ours).
+fn returned_id(returned: Option<&lapin::message::Delivery>) -> Option<Uuid> {
+    let id = returned?.properties.message_id().as_ref()?;
+    Uuid::parse_str(id.as_str()).ok()
 }

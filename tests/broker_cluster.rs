@@ -1,0 +1,240 @@
+//! Delivery across a real 3-node RabbitMQ cluster (`scripts/cluster`: c1..c3@localhost on
+//! 5681..5683, started by `scripts/test`) with quorum queues. Two fleets, one host each; each
+//! host's broker URI names all three nodes. Three numbered streams from fleet A's agent to fleet
+//! B's agent, one per fault:
+//!
+//! (a) the node leading the worker's inbox stops (`stop_app`) mid-stream and starts again;
+//! (b) the node the receiving host is connected to is killed (SIGKILL): the host is back on
+//!     another node within 5 s (the issue's acceptance bound), and the node restarts;
+//! (c) the sending host's node stops for three times `skew_secs` and starts again.
+//!
+//! Each message arrives exactly once, in order, every delivery state ends `delivered`, nothing
+//! is refused as late, and the audit chains verify. Before the streams, the contract passes 8/8
+//! with quorum queues through each node (reject-publish's one-more on quorum accounted for).
+//!
+//! This binary stops and kills cluster nodes, so it holds this one test.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    reason = "test code fails loudly"
+)]
+
+mod common;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{Fleets, Host, eventually, grants_on, nonce, wait_for};
+
+const N: usize = 600;
+const SKEW_SECS: u64 = 2;
+const NODES: &str = "127.0.0.1:5681,127.0.0.1:5682,127.0.0.1:5683";
+const ADMIN: &str = "amqp://guest:guest@127.0.0.1:5681/";
+
+/// `scripts/cluster ARGS`; its stdout, or a panic naming what is missing.
+fn cluster(args: &[&str]) -> String {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/cluster");
+    let out = Command::new(script).args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "scripts/cluster {args:?} failed — the 3-node test cluster must run (scripts/test \
+         starts it with `scripts/cluster start`, as root): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `rabbitmqctl -n cN@localhost -q ARGS` on node `n`.
+fn ctl(n: usize, args: &[&str]) -> String {
+    cluster(&[&["ctl", &n.to_string(), "-q"], args].concat())
+}
+
+/// Which node (1..3) `host` is connected to, from `fleetd status`.
+fn connected_node(host: &Host) -> Option<usize> {
+    let status = host.cli(&["status"]);
+    let at = status.find("connected to 127.0.0.1:568")? + "connected to 127.0.0.1:568".len();
+    status[at..at + 1].parse().ok()
+}
+
+/// The node (1..3) leading the one agent inbox (a quorum queue) in `vhost`, asked of node `via`.
+fn leader(via: usize, vhost: &str) -> usize {
+    let table = ctl(
+        via,
+        &[
+            "list_queues",
+            "-p",
+            vhost,
+            "name",
+            "leader",
+            "--no-table-headers",
+        ],
+    );
+    let line = table
+        .lines()
+        .find(|l| l.starts_with("agent.") && l.contains(".inbox\t"))
+        .unwrap_or_else(|| panic!("no agent inbox in {vhost}: {table}"));
+    let node = line.split('\t').nth(1).unwrap();
+    node.trim_start_matches('c')
+        .split('@')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap_or_else(|_| panic!("leader {node}"))
+}
+
+/// Stops node `n`'s application.
+fn stop_app(n: usize) {
+    ctl(n, &["stop_app"]);
+}
+
+/// Starts node `n`'s application again and waits until the cluster has all three nodes.
+fn start_app(n: usize) {
+    ctl(n, &["start_app"]);
+    ctl(n, &["await_startup", "--timeout", "60"]);
+    cluster(&["await"]);
+}
+
+/// Sends `N` numbered messages `label #i` from `a`'s `primary` to `b`'s `worker`, calling
+/// `fault(i)` before each; then checks every one is delivered, exactly once, in order.
+fn stream(
+    a: &Host,
+    b: &Host,
+    (worker, primary): (&str, &str),
+    label: &str,
+    mut fault: impl FnMut(usize),
+) {
+    let mut ids = Vec::with_capacity(N);
+    for i in 0..N {
+        fault(i);
+        let (id, _) = a.send(worker, primary, &format!("{label} #{i:04}"));
+        ids.push(id);
+    }
+    for id in &ids {
+        a.wait_delivery(id, "delivered");
+    }
+    let texts = b.drain(worker);
+    let expected: Vec<String> = (0..N).map(|i| format!("{label} #{i:04}")).collect();
+    assert_eq!(texts.len(), N, "{label}: every message exactly once");
+    assert_eq!(texts, expected, "{label}: in the sender's order");
+}
+
+#[test]
+fn numbered_streams_survive_a_leader_stop_a_killed_node_and_a_long_node_outage() {
+    cluster(&["await"]);
+    let nonce = nonce();
+    let (fa, fb) = (format!("qa{nonce}"), format!("qb{nonce}"));
+    let (pa, pb) = (format!("Pwqa{nonce}x"), format!("Pwqb{nonce}x"));
+    let mut cleanup = Fleets::new(&[&fa, &fb]);
+    cleanup.node = Some("c1@localhost".to_owned());
+    let on = Some(("c1@localhost", ADMIN));
+    grants_on(on, &fa, &[&fb], &pa);
+    grants_on(on, &fb, &[&fa], &pb);
+    grants_on(on, &fa, &[&fb], &pa);
+    for node in 1..=3 {
+        let contract = Command::new(common::BIN)
+            .args(["broker", "contract", "--uri-env", "FLEETD_T_URI"])
+            .args(["--queue-type", "quorum"])
+            .env(
+                "FLEETD_T_URI",
+                format!("amqp://{fa}:{pa}@127.0.0.1:568{node}/%2F{fa}"),
+            )
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&contract.stdout);
+        assert!(
+            contract.status.success() && text.matches("PASS").count() == 8,
+            "the quorum contract through c{node}: {text}{}",
+            String::from_utf8_lossy(&contract.stderr)
+        );
+    }
+
+    let root = tempfile::tempdir().unwrap();
+    let (mut a, mut b) = (Host::new(root.path(), "a1"), Host::new(root.path(), "b1"));
+    for host in [&mut a, &mut b] {
+        host.broker_nodes = NODES.to_owned();
+        host.broker_lines = format!("queue_type = \"quorum\"\nskew_secs = {SKEW_SECS}\n");
+    }
+    let (child, a_log) = a.start(&fa, &pa, &[&fb], &[(&b, &fb)]);
+    cleanup.children.push(child);
+    let (child, b_log) = b.start(&fb, &pb, &[&fa], &[(&a, &fa)]);
+    cleanup.children.push(child);
+    let mut seen = String::new();
+    for log in [&a_log, &b_log] {
+        wait_for(
+            log,
+            &mut seen,
+            &["broker connected"],
+            Duration::from_secs(30),
+        );
+    }
+    let primary = a.open_agent("primary");
+    let worker = b.open_agent("worker");
+    a.wait_listed(&worker);
+    b.wait_listed(&primary);
+    let pair = (worker.as_str(), primary.as_str());
+    let vhost_b = format!("/{fb}");
+
+    // (a) The inbox's leader stops a third in; it starts again two thirds in.
+    let led_by = leader(1, &vhost_b);
+    stream(&a, &b, pair, "leader-stop", |i| {
+        if i == N / 3 {
+            stop_app(led_by);
+        }
+        if i == 2 * N / 3 {
+            start_app(led_by);
+        }
+    });
+
+    // (b) The receiving host's node is killed a third in; the host must be on another node
+    // within 5 s. The node restarts two thirds in.
+    let mut killed = 0;
+    stream(&a, &b, pair, "node-kill", |i| {
+        if i == N / 3 {
+            killed = connected_node(&b).expect("the receiver is connected");
+            let at = Instant::now();
+            cluster(&["kill", &killed.to_string()]);
+            let now_on = eventually(
+                &format!("b1 connected to another node than c{killed} within 5 s"),
+                Duration::from_secs(5),
+                || connected_node(&b).filter(|n| *n != killed),
+            );
+            eprintln!("b1 moved from c{killed} to c{now_on} in {:?}", at.elapsed());
+        }
+        if i == 2 * N / 3 {
+            cluster(&["up", &killed.to_string()]);
+            cluster(&["await"]);
+        }
+    });
+
+    // (c) The sending host's node stops a third in and stays down for three skews.
+    let mut stopped = (0, Instant::now());
+    stream(&a, &b, pair, "sender-node-down", |i| {
+        if i == N / 3 {
+            stopped = (
+                connected_node(&a).expect("the sender is connected"),
+                Instant::now(),
+            );
+            stop_app(stopped.0);
+        }
+        if i == 2 * N / 3 {
+            std::thread::sleep(
+                Duration::from_secs(3 * SKEW_SECS).saturating_sub(stopped.1.elapsed()),
+            );
+            start_app(stopped.0);
+        }
+    });
+
+    for host in [&a, &b] {
+        let audit = host.state_dir().join("audit.jsonl");
+        host.cli(&["audit", "verify", "--file", audit.to_str().unwrap()]);
+        let refused = std::fs::read_to_string(&audit)
+            .unwrap()
+            .lines()
+            .filter(|line| line.contains("\"message.refused\""))
+            .count();
+        assert_eq!(refused, 0, "{}: nothing refused", host.name);
+    }
+}
