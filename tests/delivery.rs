@@ -261,3 +261,108 @@ fn a_changed_queue_type_parks_the_link_with_a_clear_reason() {
         assert!(status.contains(part), "`{part}` not in: {status}");
     }
 }
+
+/// Runs `work` on a channel opened in `fleet`'s vhost as the fleet's own user.
+fn as_fleet(fleet: &str, password: &str, work: impl AsyncFnOnce(&lapin::Channel)) {
+    let uri = fleetd::secret::BrokerUri::parse(&secrecy::SecretString::from(format!(
+        "amqp://{fleet}:{password}@127.0.0.1:5672/%2F{fleet}"
+    )))
+    .unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let connection = fleetd::broker::connect(&uri, None).await.unwrap();
+        let channel = connection.create_channel().await.unwrap();
+        work(&channel).await;
+        let _ = connection.close(200, "done".into()).await;
+    });
+}
+
+#[test]
+fn a_publishing_channel_the_broker_closes_is_reopened_and_the_link_stays_up() {
+    // LavinMQ closes the publishing channel (406) on low disk. RabbitMQ closes it (404) on a
+    // publish to a missing exchange: the same fault, made here with the real broker.
+    let (_, fleet, password, mut cleanup) = common::one_fleet("pc");
+    let root = tempfile::tempdir().unwrap();
+    let host = Host::new(root.path(), "h1");
+    let (child, log) = host.start(&fleet, &password, &[], &[]);
+    cleanup.children.push(child);
+    let mut seen = String::new();
+    wait_for(
+        &log,
+        &mut seen,
+        &["broker connected"],
+        Duration::from_secs(20),
+    );
+    let primary = host.open_agent("primary");
+    let connected = host.cli(&["status"]);
+    let connected = connected
+        .lines()
+        .find(|l| l.contains("broker: connected to"))
+        .unwrap()
+        .to_owned();
+    as_fleet(&fleet, &password, async |channel| {
+        channel
+            .exchange_delete(
+                "fleet.inbox".into(),
+                lapin::options::ExchangeDeleteOptions::default(),
+            )
+            .await
+            .unwrap();
+    });
+    let ghost = uuid::Uuid::now_v7().to_string();
+    let (lost, route) = host.send(&ghost, &primary, "into a missing exchange");
+    assert_eq!(route, "fleet");
+    wait_for(
+        &log,
+        &mut seen,
+        &["the broker closed the publishing channel"],
+        Duration::from_secs(20),
+    );
+    assert_eq!(
+        host.delivery(&lost)["state"],
+        "queued",
+        "kept in the outbox"
+    );
+    as_fleet(&fleet, &password, async |channel| {
+        let durable = lapin::options::ExchangeDeclareOptions {
+            durable: true,
+            ..lapin::options::ExchangeDeclareOptions::default()
+        };
+        channel
+            .exchange_declare(
+                "fleet.inbox".into(),
+                lapin::ExchangeKind::Direct,
+                durable,
+                lapin::types::FieldTable::default(),
+            )
+            .await
+            .unwrap();
+    });
+    wait_for(
+        &log,
+        &mut seen,
+        &["publishing channel reopened"],
+        Duration::from_secs(40),
+    );
+    let failed = host.wait_delivery(&lost, "failed");
+    assert!(
+        failed["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("no such agent"),
+        "published again on the new channel: {failed}"
+    );
+    let status = host.cli(&["status"]);
+    assert!(
+        status.contains(&connected),
+        "the link stayed up (same node, same since): was `{connected}`, now {status}"
+    );
+    assert_eq!(
+        seen.matches("broker connected").count(),
+        1,
+        "no reconnect: {seen}"
+    );
+}

@@ -412,6 +412,9 @@ impl Served<'_> {
             Arc::clone(self.courier),
         );
         let mut pump = Pump::default();
+        // Set while the own publishing channel is closed and the connection lives: when to try a
+        // new one, and how many tries failed.
+        let mut reopen: Option<(tokio::time::Instant, u32)> = None;
         let mut events = self.connection.events_listener();
         let mut next_beat = tokio::time::Instant::now();
         let mut retry = tokio::time::interval(Duration::from_secs(2));
@@ -446,23 +449,56 @@ impl Served<'_> {
                     None => break Some("the broker cancelled the roster consumer".to_owned()),
                 },
                 () = self.courier.outbox_ready.notified() => {
-                    if let Err(reason) = pump.run(self.courier, &user, &mut outlets).await {
-                        break Some(reason);
+                    if let Err(reason) = pump.run(self.courier, &user, &mut outlets).await
+                        && let Some(lost) = self.publish_fault(&outlets, reason, &mut reopen)
+                    {
+                        break Some(lost);
                     }
                 }
                 settled = pump.settle_next(self.courier), if pump.busy() => match settled {
-                    Some(Err(reason)) => break Some(format!("publisher confirm lost: {reason}")),
+                    Some(Err(reason)) => {
+                        let reason = format!("publisher confirm lost: {reason}");
+                        if let Some(lost) = self.publish_fault(&outlets, reason, &mut reopen) {
+                            break Some(lost);
+                        }
+                    }
                     Some(Ok(())) | None => {
                         if (!pump.busy() || pump.behind())
                             && let Err(reason) = pump.run(self.courier, &user, &mut outlets).await
+                            && let Some(lost) = self.publish_fault(&outlets, reason, &mut reopen)
                         {
-                            break Some(reason);
+                            break Some(lost);
                         }
                     }
                 },
                 _ = retry.tick() => {
-                    if let Err(reason) = pump.run(self.courier, &user, &mut outlets).await {
-                        break Some(reason);
+                    // A channel the broker closed without a publish or confirm failing on it.
+                    if reopen.is_none()
+                        && outlets.own_closed()
+                        && let Some(lost) = self.publish_fault(&outlets, "the publishing channel closed".to_owned(), &mut reopen)
+                    {
+                        break Some(lost);
+                    }
+                    if let Some((at, tries)) = reopen
+                        && tokio::time::Instant::now() >= at
+                    {
+                        reopen = match confirm_channel(self.connection).await {
+                            Ok(channel) => {
+                                outlets.replace_own(channel);
+                                info!("publishing channel reopened; the outbox drains again");
+                                None
+                            }
+                            Err(reason) => {
+                                debug!(%reason, "publishing channel not reopened yet");
+                                let tries = tries.saturating_add(1);
+                                Some((tokio::time::Instant::now() + backoff(tries + 1, self.settings.backoff_cap), tries))
+                            }
+                        };
+                    }
+                    if let Err(reason) = pump.run(self.courier, &user, &mut outlets).await
+                        && let Some(lost) = self.publish_fault(&outlets, reason, &mut reopen)
+                    {
+                        break Some(lost);
                     }
                 }
                 () = self.courier.agents().changed.notified() => {
@@ -480,6 +516,17 @@ impl Served<'_> {
                     next_beat = tokio::time::Instant::now() + interval;
                 }
                 event = events.next() => match event {
+                    // A channel-level (soft) error closes one channel, not the connection: the
+                    // publishing channel is reopened; a consumer's end shows in its own stream.
+                    Some(Event::Error(error))
+                        if error.is_amqp_soft_error() && self.connection.status().connected() =>
+                    {
+                        if outlets.own_closed()
+                            && let Some(lost) = self.publish_fault(&outlets, error.to_string(), &mut reopen)
+                        {
+                            break Some(lost);
+                        }
+                    }
                     Some(Event::Error(error)) => break Some(error.to_string()),
                     Some(_) => {}
                     None => break Some("the connection ended".to_owned()),
@@ -497,6 +544,32 @@ impl Served<'_> {
         };
         outlets.close().await;
         lost
+    }
+
+    /// What a publishing failure means for the link: `Some(reason)` when the connection is gone
+    /// (rebuild it); `None` when only a channel closed — the own confirm channel (LavinMQ closes
+    /// it with 406 on low disk, where RabbitMQ would block the connection), which is reopened
+    /// with its own backoff while the consumers stay, or a foreign one, reopened on next use.
+    /// Entries whose confirms were lost stay in the outbox and go out again, same id.
+    fn publish_fault(
+        &self,
+        outlets: &Outlets,
+        reason: String,
+        reopen: &mut Option<(tokio::time::Instant, u32)>,
+    ) -> Option<String> {
+        if !self.connection.status().connected() {
+            return Some(reason);
+        }
+        if outlets.own_closed() {
+            if reopen.is_none() {
+                warn!(%reason, "the broker closed the publishing channel; consumers stay, publishing resumes on a new channel");
+                let at = tokio::time::Instant::now() + backoff(1, self.settings.backoff_cap);
+                *reopen = Some((at, 0));
+            }
+        } else {
+            debug!(%reason, "a publishing channel to another fleet failed; reopened on next use");
+        }
+        None
     }
 
     /// A channel on this connection; consuming channels get `basic.qos`.

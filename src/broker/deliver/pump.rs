@@ -41,6 +41,8 @@ const FOREIGN_RETRY: Duration = Duration::from_secs(2);
 /// their own task: the link's loop (intake, beats, settling) never waits for a handshake.
 pub struct Outlets {
     own: Channel,
+    /// A publish on the own channel failed: it is not used again until replaced.
+    own_broken: bool,
     own_vhost: String,
     uri: Arc<BrokerUri>,
     courier: Arc<Courier>,
@@ -78,6 +80,7 @@ impl Outlets {
     ) -> Outlets {
         Outlets {
             own,
+            own_broken: false,
             own_vhost: own_vhost.to_owned(),
             uri,
             courier,
@@ -90,9 +93,21 @@ impl Outlets {
     /// (logged once per failure spell). Never waits.
     pub fn channel(&mut self, vhost: &str) -> Option<Channel> {
         if vhost == self.own_vhost {
-            return Some(self.own.clone());
+            return (!self.own_closed()).then(|| self.own.clone());
         }
         self.foreign(vhost).map(|opened| opened.confirm.clone())
+    }
+
+    /// Whether the own vhost's confirm channel is closed (the broker closed it — LavinMQ does
+    /// on low disk — or a publish on it failed) and must be replaced before publishing there.
+    pub fn own_closed(&self) -> bool {
+        self.own_broken || !self.own.status().connected()
+    }
+
+    /// Publishes to the own vhost go on `channel` (a new confirm channel) from now on.
+    pub fn replace_own(&mut self, channel: Channel) {
+        self.own = channel;
+        self.own_broken = false;
     }
 
     /// The channel without confirms for presence beats into foreign `vhost`, opened like
@@ -210,7 +225,8 @@ impl Pump {
     /// entries (the link's loop stays responsive), and no more than [`MAX_IN_FLIGHT`] awaiting
     /// confirms. When a round was full and got somewhere with room left, the pump wakes itself
     /// (`outbox_ready`) for the next; at the in-flight bound, [`Pump::behind`] tells the link
-    /// to run it again as confirms settle. `Err`: the own channel failed (reconnect).
+    /// to run it again as confirms settle. `Err`: a publish on the own channel failed (the
+    /// channel is marked closed; see [`Outlets::own_closed`]).
     pub async fn run(
         &mut self,
         courier: &Courier,
@@ -283,7 +299,10 @@ impl Pump {
                     self.confirms
                         .spawn(async move { (id, confirm.await.map_err(|e| e.to_string())) });
                 }
-                Err(error) if record.vhost == courier.vhost => return Err(error.to_string()),
+                Err(error) if record.vhost == courier.vhost => {
+                    outlets.own_broken = true;
+                    return Err(error.to_string());
+                }
                 Err(error) => {
                     tracing::debug!(%error, vhost = %record.vhost, "publish to a foreign vhost failed; retried later");
                     outlets.drop_foreign(&record.vhost);
