@@ -366,3 +366,75 @@ fn a_publishing_channel_the_broker_closes_is_reopened_and_the_link_stays_up() {
         "no reconnect: {seen}"
     );
 }
+
+#[test]
+fn messages_the_store_cannot_take_go_back_to_the_broker_and_arrive_once_there_is_room() {
+    let (_, fleet, password, mut cleanup) = common::one_fleet("mh");
+    let root = tempfile::tempdir().unwrap();
+    let (mut sender, mut receiver) = (Host::new(root.path(), "s1"), Host::new(root.path(), "r1"));
+    sender.broker_lines = String::new();
+    receiver.broker_lines = "max_held = 3\n".to_owned();
+    let (child, sender_log) = sender.start(&fleet, &password, &[], &[(&receiver, &fleet)]);
+    cleanup.children.push(child);
+    let (child, receiver_log) = receiver.start(&fleet, &password, &[], &[(&sender, &fleet)]);
+    cleanup.children.push(child);
+    let mut seen = String::new();
+    wait_for(
+        &sender_log,
+        &mut seen,
+        &["broker connected"],
+        Duration::from_secs(20),
+    );
+    wait_for(
+        &receiver_log,
+        &mut seen,
+        &["broker connected"],
+        Duration::from_secs(20),
+    );
+    let primary = sender.open_agent("primary");
+    let worker = receiver.open_agent("worker");
+    sender.wait_listed(&worker);
+    let ids: Vec<String> = (0..5)
+        .map(|i| sender.send(&worker, &primary, &format!("held #{i}")).0)
+        .collect();
+    for id in &ids[..3] {
+        sender.wait_delivery(id, "delivered");
+    }
+    // The fourth is refused for now, handed back, redelivered, refused again: it comes back on
+    // the same connection, so it is not stuck unacknowledged.
+    let mut log = String::new();
+    let fourth = &ids[3];
+    eventually(
+        "the fourth message handed back and redelivered at least twice",
+        Duration::from_secs(20),
+        || {
+            while let Ok(line) = receiver_log.try_recv() {
+                log.push_str(&line);
+                log.push('\n');
+            }
+            let refusals = log
+                .lines()
+                .filter(|l| {
+                    l.contains("leaving the message for redelivery") && l.contains(fourth.as_str())
+                })
+                .count();
+            (refusals >= 2).then_some(())
+        },
+    );
+    assert!(
+        !log.contains("broker unreachable"),
+        "on the same connection: {log}"
+    );
+    assert_eq!(sender.delivery(&ids[4])["state"], "queued");
+    // Room again: the worker takes its three; the other two arrive, in order, once.
+    let mut texts: Vec<String> = Vec::new();
+    eventually("all five held and taken", Duration::from_secs(30), || {
+        texts.extend(receiver.drain(&worker));
+        (texts.len() >= 5).then_some(())
+    });
+    let expected: Vec<String> = (0..5).map(|i| format!("held #{i}")).collect();
+    assert_eq!(texts, expected, "each once, in order");
+    for id in &ids {
+        sender.wait_delivery(id, "acknowledged");
+    }
+}

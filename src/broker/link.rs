@@ -10,7 +10,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use futures_lite::StreamExt;
 use lapin::message::Delivery;
 use lapin::options::{
-    BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions, QueueDeleteOptions,
+    BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicPublishOptions, BasicQosOptions,
+    QueueDeleteOptions,
 };
 use lapin::types::FieldTable;
 use lapin::{Connection, Event};
@@ -249,6 +250,9 @@ pub async fn supervise(
         }
     }
 }
+
+/// How long deliveries the state store could not take wait before they are handed back.
+const REQUEUE_AFTER: Duration = Duration::from_secs(2);
 
 /// How long a link must stay up for the backoff to start again from its shortest wait.
 const STABLE: Duration = Duration::from_secs(10);
@@ -666,11 +670,32 @@ impl Served<'_> {
         let (acks, audit) = self.courier.intake(self.inbound, &views);
         // Acks go out together (each waits for its frame to be written, not for the broker).
         let mut pending = JoinSet::new();
+        let mut refused_for_now = Vec::new();
         for (delivery, ack) in batch.iter().zip(acks) {
+            let acker = delivery.acker.clone();
             if ack {
-                let acker = delivery.acker.clone();
                 pending.spawn(async move { acker.ack(BasicAckOptions::default()).await });
+            } else {
+                refused_for_now.push(acker);
             }
+        }
+        if !refused_for_now.is_empty() {
+            // The state store could not take them (held store or outbox full). Left unacked
+            // they would block the consumer's prefetch until the connection is rebuilt (LavinMQ
+            // has no consumer timeout), so they go back to the queue after a pause: redelivered
+            // (and deduplicated by id) once agents have taken some.
+            tokio::spawn(async move {
+                tokio::time::sleep(REQUEUE_AFTER).await;
+                for acker in refused_for_now {
+                    let requeue = BasicNackOptions {
+                        requeue: true,
+                        ..BasicNackOptions::default()
+                    };
+                    if let Err(error) = acker.nack(requeue).await {
+                        debug!(%error, "requeue not sent; the broker requeues on channel close");
+                    }
+                }
+            });
         }
         while let Some(sent) = pending.join_next().await {
             match sent {

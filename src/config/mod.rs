@@ -70,6 +70,9 @@ pub struct BrokerSettings {
     pub admit: Vec<String>,
     /// Allowed distance between an envelope's `created` and now (`broker.skew_secs`, default 120).
     pub skew: std::time::Duration,
+    /// Most messages held for local agents (`broker.max_held`, default 10000): past it, new
+    /// messages stay in the broker, handed back to it, until agents take some.
+    pub max_held: u64,
     /// PEM bundle of the only CAs trusted for `amqps` (`broker.ca_file`); without it the
     /// platform's trust store is used.
     pub ca_file: Option<std::path::PathBuf>,
@@ -83,6 +86,7 @@ impl Default for BrokerSettings {
             queue_type: QueueType::Classic,
             admit: Vec::new(),
             skew: std::time::Duration::from_secs(120),
+            max_held: crate::state::Limits::default().max_held,
             ca_file: None,
         }
     }

@@ -80,6 +80,7 @@ struct RawBroker {
     #[serde(default)]
     admit: Vec<Spanned<String>>,
     skew_secs: Option<Spanned<u64>>,
+    max_held: Option<Spanned<u64>>,
     ca_file: Option<Spanned<std::path::PathBuf>>,
 }
 
@@ -233,6 +234,15 @@ fn check(raw: RawConfig, path: &Path, text: &str) -> Result<Config, Vec<Diagnost
                 );
             }
             config.broker.admit.push(origin.into_inner());
+        }
+        if let Some(max) = broker.max_held {
+            if !(1..=1_000_000).contains(max.get_ref()) {
+                bad(
+                    max.span(),
+                    "`broker.max_held` must be from 1 to 1000000".to_owned(),
+                );
+            }
+            config.broker.max_held = *max.get_ref();
         }
         if let Some(skew) = broker.skew_secs {
             if !(1..=3600).contains(skew.get_ref()) {

@@ -97,7 +97,20 @@ fn broker_admits_skew_and_peer_pins_load() {
     .unwrap();
     assert_eq!(config.broker.admit, ["mac"]);
     assert_eq!(config.broker.skew, std::time::Duration::from_secs(60));
+    assert_eq!(config.broker.max_held, 10_000, "the default");
     assert_eq!(config.peers.key("mac", "laptop"), Some(key.public()));
+    assert_eq!(
+        parse("[broker]\nmax_held = 3\n").unwrap().broker.max_held,
+        3
+    );
+    let errors = parse("[broker]\nmax_held = 0\n").unwrap_err();
+    assert!(
+        errors[0]
+            .to_string()
+            .contains("`broker.max_held` must be from 1"),
+        "{}",
+        errors[0]
+    );
     let errors = parse("[[peer]]\nfleet = \"mac\"\nhost = \"laptop\"\npubkey = \"ed25519:nope\"\n")
         .unwrap_err();
     assert!(

@@ -91,7 +91,14 @@ pub async fn run(
     // The local side stands on its own: agents, local sends, held messages, spawning, leads and
     // the audit log work with or without a broker.
     let state = Arc::new(
-        StateStore::open(&config.paths.state, Limits::default()).map_err(RunError::State)?,
+        StateStore::open(
+            &config.paths.state,
+            Limits {
+                max_held: config.broker.max_held,
+                ..Limits::default()
+            },
+        )
+        .map_err(RunError::State)?,
     );
     let audit =
         Arc::new(Audit::open(&config.paths.state, scrubber.clone()).map_err(RunError::Audit)?);
