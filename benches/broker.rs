@@ -348,7 +348,11 @@ async fn main() {
     let worker = receiver.agents().open_mailbox("worker").unwrap();
     let inbox = topology::inbox_queue(&worker.to_string());
     let consumer = inboxes.consumer(&inbox, &worker.to_string()).await;
-    let inbound = Inbound::new("guest", pins, 120_000, receiver_state);
+    let me = Party {
+        fleet: "guest".to_owned(),
+        host: "bench-r".to_owned(),
+    };
+    let inbound = Inbound::new(&me, pins, 120_000, receiver_state);
     // The intake of a window of one (the latency phase), timed: the part of a round trip that
     // only fleetd has (checks, and the durable hand-off before the ack).
     let intakes = Arc::new(std::sync::Mutex::new(Vec::with_capacity(ROUNDS)));

@@ -95,7 +95,11 @@ async fn converge(connection: &lapin::Connection, hosts: usize, run: &str) -> Du
     }
     let dir = tempfile::tempdir().unwrap();
     let state = Arc::new(StateStore::open(dir.path(), Limits::default()).unwrap());
-    let inbound = Inbound::new(FLEET, pins, 120_000, state);
+    let me = Party {
+        fleet: FLEET.to_owned(),
+        host: format!("{run}-gateway"),
+    };
+    let inbound = Inbound::new(&me, pins, 120_000, state);
     let me = HostId {
         fleet: FLEET.to_owned(),
         host: format!("{run}-gateway"),

@@ -111,7 +111,11 @@ async fn envelopes_cross_fleets_once_and_every_forgery_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let state_a = Arc::new(StateStore::open(&dir.path().join("a"), Limits::default()).unwrap());
     let state_b = Arc::new(StateStore::open(&dir.path().join("b"), Limits::default()).unwrap());
-    let inbound = Inbound::new(&b, pins, 120_000, Arc::clone(&state_b));
+    let me = Party {
+        fleet: b.clone(),
+        host: "hostb".to_owned(),
+    };
+    let inbound = Inbound::new(&me, pins, 120_000, Arc::clone(&state_b));
 
     // B declares its control queue bound from A's ingress exchange.
     let conn_b = connect(&uri(&b, &pb), None).await.unwrap();
@@ -218,6 +222,30 @@ async fn envelopes_cross_fleets_once_and_every_forgery_is_refused() {
             ..
         })
     ));
+
+    // Genuine and pinned, but addressed elsewhere (the destination is signed): to another host
+    // of B, to another fleet, and to no host at all (only beats and same-fleet messages may
+    // leave the host out). Each is refused before anything acts on it.
+    for (fleet, host) in [
+        (b.as_str(), "somewhere-else"),
+        ("otherfleet", "hostb"),
+        (b.as_str(), ""),
+    ] {
+        let (mut meta, payload) = message(&a, "hosta", &b, now_ms());
+        meta.dest = Party {
+            fleet: fleet.to_owned(),
+            host: host.to_owned(),
+        };
+        publisher
+            .send(&ingress, "ctl.hostb", &wire::seal(meta, &payload, &key_a))
+            .await
+            .unwrap();
+        let taken = take(&mut consumer, &inbound).await;
+        assert!(
+            matches!(&taken, Err(InboundRefusal::Misaddressed { dest, .. }) if dest.fleet == fleet && dest.host == host),
+            "{fleet}/{host}: {taken:?}"
+        );
+    }
 
     // Claims to come from fleet B while the broker attests A.
     let (meta, payload) = message(&b, "hosta", &b, now_ms());

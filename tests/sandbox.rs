@@ -39,8 +39,9 @@ fn config(host: &Host, extra: &str) -> std::path::PathBuf {
     path
 }
 
-/// Runs `fleetd sandbox probe ARGS` for `host` with its broker on `broker_port`; its lines.
-fn probe(host: &Host, config: &Path, broker_port: u16, args: &[String]) -> Vec<String> {
+/// Runs `fleetd sandbox probe ARGS` for `host` with its broker URI naming `nodes`
+/// (`HOST:PORT,…`); its lines.
+fn probe(host: &Host, config: &Path, nodes: &str, args: &[String]) -> Vec<String> {
     let output = Command::new(BIN)
         .args(["--config", config.to_str().unwrap(), "sandbox", "probe"])
         .args(args)
@@ -48,7 +49,7 @@ fn probe(host: &Host, config: &Path, broker_port: u16, args: &[String]) -> Vec<S
         .env("HOME", &host.dir)
         .env(
             "FLEETD_T_URI",
-            format!("amqp://probe:canary-pw-7f3a@127.0.0.1:{broker_port}/%2Fprobe"),
+            format!("amqp://probe:canary-pw-7f3a@{nodes}/%2Fprobe"),
         )
         .output()
         .unwrap();
@@ -69,9 +70,17 @@ fn arg(flag: &str, value: impl std::fmt::Display) -> [String; 2] {
 fn forbidden_reads_writes_connects_and_execs_fail_under_the_sandbox() {
     let root = tempfile::tempdir().unwrap();
     let host = Host::new(root.path(), "probe");
+    // Two broker nodes in the URI: both may be connected to, nothing else.
     let broker = TcpListener::bind("127.0.0.1:0").unwrap();
+    let second = TcpListener::bind("127.0.0.1:0").unwrap();
     let other = TcpListener::bind("127.0.0.1:0").unwrap();
     let broker_port = broker.local_addr().unwrap().port();
+    let second_port = second.local_addr().unwrap().port();
+    let nodes = format!(
+        "{},{}",
+        broker.local_addr().unwrap(),
+        second.local_addr().unwrap()
+    );
     let config = config(&host, "");
     let outside = root.path().join("outside");
     std::fs::create_dir_all(&outside).unwrap();
@@ -117,6 +126,11 @@ fn forbidden_reads_writes_connects_and_execs_fail_under_the_sandbox() {
         ),
         (
             "connect",
+            second.local_addr().unwrap().to_string(),
+            "allowed",
+        ),
+        (
+            "connect",
             other.local_addr().unwrap().to_string(),
             "refused",
         ),
@@ -127,10 +141,11 @@ fn forbidden_reads_writes_connects_and_execs_fail_under_the_sandbox() {
         .iter()
         .flat_map(|(flag, value, _)| arg(flag, value))
         .collect();
-    let lines = probe(&host, &config, broker_port, &args);
+    let lines = probe(&host, &config, &nodes, &args);
+    let (low, high) = (broker_port.min(second_port), broker_port.max(second_port));
     assert!(
         lines[0].starts_with("sandbox: landlock fully enforced (abi ")
-            && lines[0].contains(&format!("tcp connect {broker_port},53")),
+            && lines[0].contains(&format!("tcp connect {low},{high},53")),
         "{lines:?}"
     );
     for ((what, target, verdict), line) in cases.iter().zip(&lines[1..]) {
@@ -159,7 +174,7 @@ fn over_herdr_fleetd_executes_nothing() {
         .iter()
         .flat_map(|p| arg("exec", p))
         .collect();
-    let lines = probe(&host, &config, 5672, &args);
+    let lines = probe(&host, &config, "127.0.0.1:5672", &args);
     assert!(
         lines[1].starts_with("refused exec /usr/bin/tmux"),
         "{lines:?}"
@@ -178,7 +193,12 @@ fn sandbox_off_is_reported_as_off() {
     std::fs::write(&config, text).unwrap();
     let secret = root.path().join("readable.txt");
     std::fs::write(&secret, "x").unwrap();
-    let lines = probe(&host, &config, 5672, &arg("read", secret.display()));
+    let lines = probe(
+        &host,
+        &config,
+        "127.0.0.1:5672",
+        &arg("read", secret.display()),
+    );
     assert!(lines[0].starts_with("sandbox: off"), "{lines:?}");
     assert!(lines[1].starts_with("allowed read"), "{lines:?}");
 }

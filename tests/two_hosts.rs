@@ -634,6 +634,11 @@ fn refusals_reach_the_laptop_launch_nothing_and_are_audited_on_fleet01() {
         // Claims fleet `fleet01` while the broker attests `mac`.
         let (meta, payload) = spawn_request((FLEET01, "laptop"), now_ms());
         send(fleetd::wire::seal(meta, &payload, &laptop_key)).await;
+        // The laptop's genuine signature on a request addressed to another host (as a replay
+        // carried from elsewhere would be): refused before anything acts on it.
+        let (mut meta, payload) = spawn_request((MAC, "laptop"), now_ms());
+        meta.dest.host = "somewhere-else".to_owned();
+        send(fleetd::wire::seal(meta, &payload, &laptop_key)).await;
         // Replayed: a genuine request for a profile fleet01 refuses, then the same bytes again.
         let (meta, mut payload) = spawn_request((MAC, "laptop"), now_ms());
         if let fleetd::wire::Payload::SpawnRequest(request) = &mut payload {
@@ -686,7 +691,7 @@ fn refusals_reach_the_laptop_launch_nothing_and_are_audited_on_fleet01() {
     let deadline = Instant::now() + Duration::from_secs(15);
     let record = loop {
         let text = audit(&topology.worker);
-        if text.matches("\"message.refused\"").count() >= 5 || Instant::now() > deadline {
+        if text.matches("\"message.refused\"").count() >= 6 || Instant::now() > deadline {
             break text;
         }
         std::thread::sleep(Duration::from_millis(200));
@@ -695,6 +700,7 @@ fn refusals_reach_the_laptop_launch_nothing_and_are_audited_on_fleet01() {
         "no key is pinned for host `intruder`",
         "is not the key pinned for the origin host",
         "the envelope has expired",
+        "addressed to `fleet01/somewhere-else`, not to this host",
         "the envelope claims fleet `fleet01`, the broker attests `mac`",
         "seen before (redelivery, republish or replay)",
     ] {

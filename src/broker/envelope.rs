@@ -58,7 +58,11 @@ pub fn properties(sealed: &Sealed, user: &str) -> BasicProperties {
         .with_headers(headers)
 }
 
-/// Reads an envelope back from a delivery's properties and body. The reason names the field.
+/// The longest fleet, host or key name an envelope header may carry.
+pub const MAX_NAME: usize = 128;
+
+/// Reads an envelope back from a delivery's properties and body. The reason names the field,
+/// never its value.
 pub fn from_delivery(properties: &BasicProperties, body: &[u8]) -> Result<Sealed, String> {
     let id = properties
         .message_id()
@@ -78,6 +82,20 @@ pub fn from_delivery(properties: &BasicProperties, body: &[u8]) -> Result<Sealed
             _ => Err(format!("header `{name}` is missing")),
         }
     };
+    // Fleet, host and key names: bounded and plain before anything logs or checks them (a
+    // refusal names them; a 100 KB or escape-laden header must not reach a log line).
+    let name = |header: &str| -> Result<String, String> {
+        let value = text(header)?;
+        let plain = value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+        if value.len() > MAX_NAME || !plain {
+            return Err(format!(
+                "header `{header}` is not a name (at most {MAX_NAME} of `A-Z a-z 0-9 . _ -`)"
+            ));
+        }
+        Ok(value)
+    };
     let number = |name: &str| -> Result<i64, String> {
         match headers.inner().get(name) {
             Some(AMQPValue::LongLongInt(n)) => Ok(*n),
@@ -96,14 +114,14 @@ pub fn from_delivery(properties: &BasicProperties, body: &[u8]) -> Result<Sealed
             id,
             kind,
             origin: Party {
-                fleet: text(H_ORIGIN_FLEET)?,
-                host: text(H_ORIGIN_HOST)?,
+                fleet: name(H_ORIGIN_FLEET)?,
+                host: name(H_ORIGIN_HOST)?,
             },
             dest: Party {
-                fleet: text(H_DEST_FLEET)?,
-                host: text(H_DEST_HOST)?,
+                fleet: name(H_DEST_FLEET)?,
+                host: name(H_DEST_HOST)?,
             },
-            key_id: text(H_KEY_ID)?,
+            key_id: name(H_KEY_ID)?,
             created_ms: number(H_CREATED)?,
             expires_ms: number(H_EXPIRES)?,
         },

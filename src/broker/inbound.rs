@@ -18,7 +18,9 @@ use uuid::Uuid;
 
 use super::envelope::from_delivery;
 use crate::state::{StateError, StateStore};
-use crate::wire::{Meta, Payload, PinnedKeys, PresenceBeat, Refusal, Window, verify_authentic};
+use crate::wire::{
+    Kind, Meta, Party, Payload, PinnedKeys, PresenceBeat, Refusal, Window, verify_authentic,
+};
 
 /// What happened to an accepted delivery.
 #[derive(Debug, PartialEq, Eq)]
@@ -68,14 +70,39 @@ pub enum InboundRefusal {
         /// Why it was refused.
         refusal: Refusal,
     },
+    /// A pinned peer's authentic envelope addressed to another fleet or host (the destination
+    /// is signed): refused before anything acts on it, and never answered — a replay carried
+    /// to the wrong host learns nothing. Shown bounded and escaped.
+    #[error("addressed to `{}/{}`, not to this host", bounded(&.dest.fleet, 64), bounded(&.dest.host, 64))]
+    Misaddressed {
+        /// The authentic metadata.
+        meta: Box<Meta>,
+        /// Where it was addressed (a copy of `meta.dest`, for the message).
+        dest: Party,
+    },
     /// The state store could not record it (the caller must not ack: it will be redelivered).
     #[error("cannot record the message")]
     State(#[source] StateError),
 }
 
+/// At most `max` characters of a foreign-chosen text, escaped: no control characters or line
+/// breaks reach a log line or an audit record, and a huge field stays one short line.
+pub(crate) fn bounded(text: &str, max: usize) -> String {
+    let mut out: String = text
+        .chars()
+        .take(max)
+        .flat_map(char::escape_debug)
+        .collect();
+    if text.chars().nth(max).is_some() {
+        out.push('…');
+    }
+    out
+}
+
 /// The inbound checks of one gateway.
 pub struct Inbound {
     own_fleet: String,
+    own_host: String,
     pins: PinnedKeys,
     skew_ms: i64,
     state: Arc<StateStore>,
@@ -98,6 +125,23 @@ impl Inbound {
                 meta.kind.as_str()
             ))),
         }
+    }
+
+    /// Whether an envelope for `dest` of `kind` from `origin_fleet` is for this gateway: its
+    /// fleet always, its host exactly — or no host for a presence beat (to the whole fleet) and
+    /// for an agent message within the fleet whose sender did not know the agent's host (the
+    /// broker routes it by agent id to the one inbox of that agent, which only its own host
+    /// consumes; a cross-fleet message always names the host).
+    fn addressed_here(&self, dest: &Party, kind: Kind, origin_fleet: &str) -> bool {
+        if dest.fleet != self.own_fleet {
+            return false;
+        }
+        if dest.host == self.own_host {
+            return true;
+        }
+        dest.host.is_empty()
+            && (kind == Kind::PresenceBeat
+                || (kind == Kind::AgentMessage && origin_fleet == self.own_fleet))
     }
 
     /// The allowed clock skew, milliseconds.
@@ -141,6 +185,12 @@ impl Inbound {
             skew_ms: self.skew_ms,
         };
         match verify_authentic(&sealed, &self.pins, window) {
+            Ok(_) if !self.addressed_here(&sealed.meta.dest, sealed.meta.kind, &fleet) => {
+                Err(InboundRefusal::Misaddressed {
+                    dest: sealed.meta.dest.clone(),
+                    meta: Box::new(sealed.meta),
+                })
+            }
             Ok(payload) => Ok((sealed.meta, payload)),
             Err(refusal) if refusal.after_signature() => Err(InboundRefusal::Signed {
                 meta: Box::new(sealed.meta),
@@ -150,10 +200,12 @@ impl Inbound {
         }
     }
 
-    /// Checks for fleet `own_fleet` with `pins`, a `skew_ms` window and `state`.
-    pub fn new(own_fleet: &str, pins: PinnedKeys, skew_ms: i64, state: Arc<StateStore>) -> Inbound {
+    /// Checks for gateway `me` (its fleet and host) with `pins`, a `skew_ms` window and
+    /// `state`.
+    pub fn new(me: &Party, pins: PinnedKeys, skew_ms: i64, state: Arc<StateStore>) -> Inbound {
         Inbound {
-            own_fleet: own_fleet.to_owned(),
+            own_fleet: me.fleet.clone(),
+            own_host: me.host.clone(),
             pins,
             skew_ms,
             state,

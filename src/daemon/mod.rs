@@ -42,7 +42,7 @@ use crate::scrub::Scrubber;
 use crate::secret::{BROKER_URI, BrokerUri, Resolved, hardening_state};
 use crate::spawn::Spawner;
 use crate::state::{Limits, StateStore};
-use crate::wire::HostKey;
+use crate::wire::{HostKey, Party};
 
 /// Errors that stop the daemon.
 #[derive(Debug, thiserror::Error)]
@@ -348,7 +348,11 @@ impl Fabric {
         // This host's own beats come back through the roster queue: its key is pinned too.
         let mut pins = config.peers.clone();
         pins.pin(&fleet, &config.host, *key.public());
-        let inbound = Arc::new(Inbound::new(&fleet, pins, skew_ms, Arc::clone(state)));
+        let me = Party {
+            fleet: fleet.clone(),
+            host: config.host.clone(),
+        };
+        let inbound = Arc::new(Inbound::new(&me, pins, skew_ms, Arc::clone(state)));
         let settings = LinkSettings {
             host: config.host.clone(),
             backoff_cap: config.broker.backoff_cap,

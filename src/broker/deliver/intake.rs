@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::{Courier, Held, encode, now_ms};
-use crate::broker::inbound::{Inbound, InboundRefusal};
+use crate::broker::inbound::{Inbound, InboundRefusal, bounded};
 use crate::state::{Incoming, Taken};
 use crate::wire::{
     self, DeliveryState, Kind, MAX_RECEIPT_MORE, Meta, Party, Payload, Refusal, SpawnOutcome,
@@ -315,13 +315,15 @@ fn refused(
     properties: &BasicProperties,
     refusal: &InboundRefusal,
 ) -> (&'static str, Value) {
-    let short = |s: &str| s.chars().take(64).collect::<String>();
-    tracing::warn!(reason = %refusal, %exchange, "message refused and dropped");
+    // Everything here may come from the wire before any check: bounded and escaped.
+    let short = |s: &str| bounded(s, 64);
+    let reason = bounded(&refusal.to_string(), 512);
+    tracing::warn!(%reason, %exchange, "message refused and dropped");
     (
         REFUSED,
         json!({
             "msg_id": properties.message_id().as_ref().map(|id| short(id.as_str())),
-            "reason": refusal.to_string(),
+            "reason": reason,
             "exchange": exchange,
             "user_id": properties.user_id().as_ref().map(|u| short(u.as_str())),
         }),

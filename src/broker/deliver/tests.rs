@@ -85,7 +85,7 @@ fn a_window_is_answered_with_one_receipt_per_sending_gateway() {
     let mut pins = PinnedKeys::default();
     pins.pin(FLEET, "a", *keys[0].public());
     pins.pin(FLEET, "b", *keys[1].public());
-    let inbound = Inbound::new(FLEET, pins, 120_000, Arc::clone(&r.state));
+    let inbound = Inbound::new(&at(FLEET, "r"), pins, 120_000, Arc::clone(&r.state));
     let worker = r.courier.agents().open_mailbox("worker").unwrap();
     let dest = Party {
         fleet: FLEET.to_owned(),
@@ -150,10 +150,10 @@ fn a_receipt_moves_only_the_messages_sent_to_the_fleet_it_comes_from() {
     let x = gateway_of("g", "x", &keys[2]);
     let mut pins = PinnedKeys::default();
     pins.pin(FLEET, "a", *keys[0].public());
-    let at_r = Inbound::new(FLEET, pins.clone(), 120_000, Arc::clone(&r.state));
+    let at_r = Inbound::new(&at(FLEET, "r"), pins.clone(), 120_000, Arc::clone(&r.state));
     pins.pin(FLEET, "r", *keys[1].public());
     pins.pin("g", "x", *keys[2].public());
-    let at_a = Inbound::new(FLEET, pins, 120_000, Arc::clone(&a.state));
+    let at_a = Inbound::new(&at(FLEET, "a"), pins, 120_000, Arc::clone(&a.state));
     let worker = r.courier.agents().open_mailbox("worker").unwrap();
     let dest = Party {
         fleet: FLEET.to_owned(),
@@ -217,9 +217,9 @@ fn a_refused_authentic_message_is_answered_with_a_failed_receipt_once() {
     let (a, r) = (gateway("a", &keys[0]), gateway("r", &keys[1]));
     let mut pins = PinnedKeys::default();
     pins.pin(FLEET, "a", *keys[0].public());
-    let at_r = Inbound::new(FLEET, pins.clone(), 120_000, Arc::clone(&r.state));
+    let at_r = Inbound::new(&at(FLEET, "r"), pins.clone(), 120_000, Arc::clone(&r.state));
     pins.pin(FLEET, "r", *keys[1].public());
-    let at_a = Inbound::new(FLEET, pins, 120_000, Arc::clone(&a.state));
+    let at_a = Inbound::new(&at(FLEET, "a"), pins, 120_000, Arc::clone(&a.state));
     let worker = r.courier.agents().open_mailbox("worker").unwrap();
     let dest = Party {
         fleet: FLEET.to_owned(),
@@ -260,4 +260,12 @@ fn a_refused_authentic_message_is_answered_with_a_failed_receipt_once() {
         reason.contains("refused by host r") && reason.contains("expired"),
         "{reason}"
     );
+}
+
+/// Gateway `host` of `fleet`.
+fn at(fleet: &str, host: &str) -> Party {
+    Party {
+        fleet: fleet.to_owned(),
+        host: host.to_owned(),
+    }
 }
