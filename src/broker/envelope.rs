@@ -168,3 +168,56 @@ impl OutboxRecord {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::{AgentMessage, HostKey, Payload, VERSION, seal};
+
+    #[test]
+    fn hostile_header_names_are_refused_without_echoing_them() {
+        let key = HostKey::generate().unwrap().0;
+        for hostile in [
+            "h".repeat(100_000),
+            "laptop\u{1b}[2J\nINFO fleetd: all good".to_owned(),
+            "a b".to_owned(),
+        ] {
+            let meta = Meta {
+                version: VERSION,
+                id: Uuid::now_v7(),
+                kind: Kind::AgentMessage,
+                origin: Party {
+                    fleet: "mac".to_owned(),
+                    host: hostile.clone(),
+                },
+                dest: Party {
+                    fleet: "fleet01".to_owned(),
+                    host: String::new(),
+                },
+                key_id: String::new(),
+                created_ms: 0,
+                expires_ms: 1,
+            };
+            let payload = Payload::AgentMessage(AgentMessage {
+                v: VERSION,
+                to: Uuid::now_v7(),
+                from: None,
+                text: "x".to_owned(),
+            });
+            let sealed = seal(meta, &payload, &key);
+            let reason = match from_delivery(&properties(&sealed, "mac"), &sealed.body) {
+                Err(reason) => reason,
+                Ok(_) => panic!("a hostile host name was read back"),
+            };
+            assert!(
+                reason.contains("fleetd-origin-host") || reason.contains("header `"),
+                "{reason}"
+            );
+            assert!(reason.len() < 120, "bounded: {} bytes", reason.len());
+            assert!(
+                !reason.contains('\u{1b}') && !reason.contains('\n'),
+                "{reason:?}"
+            );
+        }
+    }
+}
