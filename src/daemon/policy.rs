@@ -35,24 +35,13 @@ pub enum StartError {
         /// Every diagnostic.
         diagnostics: Vec<Diagnostic>,
     },
-    /// The directory or a file in it may be changed by other users.
-    #[error(transparent)]
-    Writable(#[from] crate::config::WritableError),
-}
-
-/// Refuses a policy directory, or a policy file in it, that others may write.
-fn refuse_writable(dir: &Path) -> Result<(), crate::config::WritableError> {
-    crate::config::refuse_writable(dir)?;
-    for file in policy::policy_files(dir).unwrap_or_default() {
-        crate::config::refuse_writable(&file)?;
-    }
-    Ok(())
 }
 
 impl PolicyHandle {
-    /// Loads `dir`. A missing directory is an empty policy (every request denied), logged as such.
+    /// Loads `dir` (read strictly: see [`policy::policy_entries`]; an entry it does not load,
+    /// or one another user may change, makes the policy invalid). A missing directory is an
+    /// empty policy (every request denied), logged as such.
     pub fn load(dir: &Path) -> Result<PolicyHandle, StartError> {
-        refuse_writable(dir)?;
         let (set, startup, missing) = match policy::load_dir(dir) {
             (Ok(set), diagnostics) => (set, diagnostics, false),
             (Err(LoadError::Read { source, .. }), _)
@@ -89,10 +78,6 @@ impl PolicyHandle {
 
     /// Reloads from disk; keeps the last good set when the new one is invalid or unreadable.
     pub fn reload(&self) -> bool {
-        if let Err(error) = refuse_writable(&self.dir) {
-            error!(%error, "policy reload refused; keeping the last good policy");
-            return false;
-        }
         match policy::load_dir(&self.dir) {
             (Ok(set), diagnostics) => {
                 log_warnings(&diagnostics);

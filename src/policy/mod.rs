@@ -57,8 +57,8 @@ pub enum LoadError {
 ///
 /// Returns the checked set, or why not, and every diagnostic (warnings come with a valid set).
 pub fn load_dir(dir: &Path) -> (Result<PolicySet, LoadError>, Vec<Diagnostic>) {
-    let files = match policy_files(dir) {
-        Ok(files) => files,
+    let (files, problems) = match policy_entries(dir) {
+        Ok(read) => read,
         Err(source) => {
             return (
                 Err(LoadError::Read {
@@ -76,7 +76,17 @@ pub fn load_dir(dir: &Path) -> (Result<PolicySet, LoadError>, Vec<Diagnostic>) {
             Err(source) => return (Err(LoadError::Read { path, source }), Vec::new()),
         }
     }
-    load_sources(&sources)
+    let (loaded, mut diagnostics) = load_sources(&sources);
+    if problems.is_empty() {
+        return (loaded, diagnostics);
+    }
+    let errors = diagnostics
+        .iter()
+        .filter(|d| d.severity == Severity::Error)
+        .count();
+    let count = errors + problems.len();
+    diagnostics.splice(0..0, problems);
+    (Err(LoadError::Invalid { count }), diagnostics)
 }
 
 /// Loads policy from `(path, text)` pairs, as if they were the files of one directory.
@@ -300,17 +310,90 @@ fn line_offset(text: &str, line: usize) -> usize {
         .map_or(text.len(), |(i, _)| i + 1)
 }
 
-/// The `*.toml` files directly in `dir`, sorted.
-pub fn policy_files(dir: &Path) -> io::Result<Vec<PathBuf>> {
+/// Every entry of `dir` read as a reviewer reads it: the regular `*.toml` files it loads
+/// (sorted), and an error diagnostic for anything else — a symlink (dangling, looping or not),
+/// a FIFO, socket or device, a directory other than `tests/`, a file not named `*.toml`
+/// (`.TOML` included) — and for the directory or a file that another user owns (not root, not
+/// this process's user) or that group or others may write. Nothing is skipped silently: with
+/// the deny file replaced by a link, the policy is invalid, not quietly weaker.
+pub fn policy_entries(dir: &Path) -> io::Result<(Vec<PathBuf>, Vec<Diagnostic>)> {
     let mut files = Vec::new();
+    let mut problems = Vec::new();
+    // The directory itself may be reached through a link (its target is what is checked).
+    let dir_meta = std::fs::metadata(dir)?;
+    if let Some(why) = unsafe_owner_or_mode(&dir_meta) {
+        problems.push(entry_problem(dir, "unsafe-permissions", why));
+    }
     for entry in std::fs::read_dir(dir)? {
-        let path = entry?.path();
-        if path.is_file() && path.extension().is_some_and(|e| e == "toml") {
+        let entry = entry?;
+        let path = entry.path();
+        let meta = std::fs::symlink_metadata(&path)?;
+        let kind = meta.file_type();
+        let name = entry.file_name();
+        let what = if kind.is_symlink() {
+            Some("a symbolic link (policy files must be regular files in the directory)")
+        } else if kind.is_dir() {
+            (name != "tests").then_some("a directory other than `tests/`")
+        } else if !kind.is_file() {
+            Some("not a regular file (a FIFO, socket or device)")
+        } else if path.extension().is_some_and(|e| e == "toml") {
+            None
+        } else {
+            Some("not named `*.toml` (lowercase): it would not be loaded")
+        };
+        if let Some(what) = what {
+            problems.push(entry_problem(
+                &path,
+                "unexpected-entry",
+                format!("is {what}"),
+            ));
+            continue;
+        }
+        if let Some(why) = unsafe_owner_or_mode(&meta) {
+            problems.push(entry_problem(&path, "unsafe-permissions", why));
+        }
+        if kind.is_file() {
             files.push(path);
         }
     }
     files.sort();
-    Ok(files)
+    problems.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok((files, problems))
+}
+
+/// Why an entry whose metadata is `meta` may be changed by someone who must not: owned by
+/// neither root nor this process's user, or writable by its group or others.
+fn unsafe_owner_or_mode(meta: &std::fs::Metadata) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let me = rustix::process::geteuid().as_raw();
+    let (uid, mode) = (meta.uid(), meta.mode() & 0o7777);
+    if uid != 0 && uid != me {
+        return Some(format!(
+            "is owned by uid {uid}, neither root nor fleetd's user (uid {me}): its owner controls what other hosts may run here"
+        ));
+    }
+    let who = if mode & 0o002 != 0 {
+        "world"
+    } else if mode & 0o020 != 0 {
+        "group"
+    } else {
+        return None;
+    };
+    Some(format!(
+        "is {who}-writable (mode {mode:04o}): whoever can change it controls what other hosts may run here (`chmod go-w`)"
+    ))
+}
+
+/// An error diagnostic about a whole directory entry.
+fn entry_problem(path: &Path, code: &'static str, message: String) -> Diagnostic {
+    Diagnostic::new(
+        Severity::Error,
+        code,
+        path,
+        "",
+        0..0,
+        format!("`{}` {message}", path.display()),
+    )
 }
 
 /// Reads a file of at most [`parse::MAX_FILE`] bytes as UTF-8.
