@@ -38,7 +38,100 @@ pub const DANGEROUS: &[&str] = &[
     "GCONV_PATH",
     "*_PROXY",
     "*_proxy",
+    // The loader and libc: tunables, allocator hooks, locale and resolver files.
+    "GLIBC_TUNABLES",
+    "MALLOC_*",
+    "LOCPATH",
+    "NLSPATH",
+    "HOSTALIASES",
+    "RES_OPTIONS",
+    "LOCALDOMAIN",
+    // Shell start-up and history.
+    "ZDOTDIR",
+    "INPUTRC",
+    "HISTFILE",
+    "TERMINFO",
+    "TERMINFO_DIRS",
+    // Git: programs it runs, where its repository and objects are, what it traces or trusts.
+    "GIT_EXTERNAL_DIFF",
+    "GIT_DIFF_OPTS",
+    "GIT_PAGER",
+    "GIT_EDITOR",
+    "GIT_SEQUENCE_EDITOR",
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_INDEX_FILE",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_NAMESPACE",
+    "GIT_TRACE*",
+    "GIT_CURL_VERBOSE",
+    "GIT_SSL_*",
+    "GIT_HTTP_*",
+    // Programs other programs start.
+    "EDITOR",
+    "VISUAL",
+    "PAGER",
+    "MANPAGER",
+    "LESSOPEN",
+    "LESSCLOSE",
+    "BROWSER",
+    // Where programs read their configuration and keep their data.
+    "XDG_*",
+    "CLAUDE_*",
+    "KUBECONFIG",
+    "DOCKER_*",
+    "KRB5_CONFIG",
+    "OPENSSL_*",
+    // TLS trust and key logging.
+    "SSLKEYLOGFILE",
+    "SSL_CERT_*",
+    "CURL_CA_BUNDLE",
+    "REQUESTS_CA_BUNDLE",
+    "NODE_EXTRA_CA_CERTS",
+    "NODE_TLS_REJECT_UNAUTHORIZED",
+    // API endpoints and credentials an agent talks to.
+    "ANTHROPIC_*",
+    "OPENAI_*",
+    "*_BASE_URL",
+    "*_API_BASE",
+    // Package managers and build tools that run or fetch code.
+    "PIP_*",
+    "NPM_CONFIG_*",
+    "npm_config_*",
+    "CARGO_*",
+    "RUSTC*",
+    "RUSTFLAGS",
+    "RUSTDOCFLAGS",
+    "GOFLAGS",
+    "GOPROXY",
+    "GOPRIVATE",
+    "GONOSUMDB",
+    "GOINSECURE",
 ];
+
+/// fleetd's own secrets (`broker-uri`, `host-key`, the admin's `broker-admin-uri`): a profile
+/// that passes one to an agent gives the pane this host's broker or signing credential.
+pub(crate) const FLEETD_SECRETS: &[&str] = &["broker-uri", "host-key", "broker-admin-uri"];
+
+/// Which of fleetd's own secrets `reference` names, if any (`credential:` or `keyring:`).
+pub(crate) fn fleetd_secret(reference: &super::model::SecretRef) -> Option<&'static str> {
+    let name = match reference {
+        super::model::SecretRef::Credential(name) | super::model::SecretRef::Keyring(name) => name,
+        super::model::SecretRef::Env(_) => return None,
+    };
+    FLEETD_SECRETS.iter().copied().find(|own| *own == name)
+}
+
+/// Whether an (anchored) value pattern takes any value: probed with values no real pattern
+/// should take — empty, shell syntax, a long run (`.*` takes them all; that it does not take a
+/// line break is no comfort).
+pub(crate) fn matches_anything(pattern: &regex::Regex) -> bool {
+    let long = "x".repeat(4096);
+    ["", "; id > /tmp/x #", "$(id)", "`id`", long.as_str()]
+        .iter()
+        .all(|probe| pattern.is_match(probe))
+}
 
 /// The dangerous pattern `name` falls under, if any.
 pub fn dangerous(name: &str) -> Option<&'static str> {
@@ -164,6 +257,14 @@ mod tests {
             "http_proxy",
             "ALL_PROXY",
             "NO_PROXY",
+            "GLIBC_TUNABLES",
+            "ANTHROPIC_BASE_URL",
+            "XDG_CONFIG_HOME",
+            "GIT_EXTERNAL_DIFF",
+            "SSLKEYLOGFILE",
+            "OPENAI_API_BASE",
+            "ZDOTDIR",
+            "NPM_CONFIG_REGISTRY",
         ] {
             assert!(dangerous(name).is_some(), "{name} is dangerous");
         }

@@ -416,6 +416,45 @@ fn every_dangerous_name_in_a_grant_needs_an_opt_in_and_warns_with_one() {
 }
 
 #[test]
+fn a_root_of_slash_fleetds_own_secrets_and_a_pattern_taking_anything_are_warned_about() {
+    let warned = |text: &str, code: &str| {
+        let (result, diagnostics) = load_sources(&[(PathBuf::from("w.toml"), text.to_owned())]);
+        assert!(result.is_ok(), "{diagnostics:?}");
+        diagnostics
+            .iter()
+            .any(|d| d.code == code && d.severity == Severity::Warning)
+    };
+    let profile = |roots: &str, secrets: &str| {
+        format!("[profile.p]\nargv = [\"/bin/x\"]\nroots = [{roots}]\n{secrets}")
+    };
+    assert!(warned(&profile("\"/\"", ""), "broad-root"));
+    assert!(!warned(&profile("\"/srv\"", ""), "broad-root"));
+    for own in [
+        "credential:broker-uri",
+        "keyring:host-key",
+        "credential:broker-admin-uri",
+    ] {
+        let text = profile("\"/srv\"", &format!("secrets = {{ T = \"{own}\" }}\n"));
+        assert!(warned(&text, "fleetd-secret"), "{own}");
+    }
+    let text = profile(
+        "\"/srv\"",
+        "secrets = { T = \"credential:github-token\" }\n",
+    );
+    assert!(!warned(&text, "fleetd-secret"));
+    let grant = |pattern: &str| {
+        format!(
+            "{}[[grant]]\nid = \"g\"\nfleets = [\"f\"]\nprofiles = [\"p\"]\n[grant.env.TASK]\npattern = '{pattern}'\nmax_len = 8\n",
+            profile("\"/srv\"", "")
+        )
+    };
+    for anything in [".*", "(?s).*", "[\\s\\S]*"] {
+        assert!(warned(&grant(anything), "matches-anything"), "{anything}");
+    }
+    assert!(!warned(&grant("[A-Z]{2,5}-[0-9]{1,6}"), "matches-anything"));
+}
+
+#[test]
 fn malformed_requests_name_the_field() {
     let base = |extra: serde_json::Value| {
         let mut value = json!({"origin": {"fleet": "mac", "host": "laptop"}, "profile": "worker"});

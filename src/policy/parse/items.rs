@@ -55,10 +55,21 @@ impl Ctx<'_> {
             {
                 self.error(
                     "invalid-value",
-                    span,
+                    span.clone(),
                     format!("root `{root}` of `{what}` must be an absolute path without `..`"),
                 );
                 ok = false;
+            }
+            if path == std::path::Path::new("/") {
+                self.push(
+                    self.diag(
+                        Severity::Warning,
+                        "broad-root",
+                        span,
+                        format!("`{what}` has the root `/`: a request may pick any directory of this host as its working directory"),
+                    )
+                    .with_help("name the directories its work belongs in"),
+                );
             }
             roots.push(path);
         }
@@ -102,6 +113,14 @@ impl Ctx<'_> {
             }
             match secret_ref(&reference) {
                 Some(parsed) => {
+                    if let Some(own) = names::fleetd_secret(&parsed) {
+                        self.push(self.diag(
+                            Severity::Warning,
+                            "fleetd-secret",
+                            value_span,
+                            format!("`{what}.secrets.{var}` hands fleetd's own `{own}` to the agent: whoever runs in the pane then holds this host's broker or signing credential"),
+                        ));
+                    }
                     secrets.insert(var, parsed);
                 }
                 None => {
@@ -281,7 +300,18 @@ impl Ctx<'_> {
                     self.regex(source, span.clone(), true, &format!("{rule_what}.pattern"))
                 });
                 match (compiled, pattern, max_len) {
-                    (Some(regex), Some((source, _)), Some(max_len)) => {
+                    (Some(regex), Some((source, span)), Some(max_len)) => {
+                        if names::matches_anything(&regex) {
+                            self.push(
+                                self.diag(
+                                    Severity::Warning,
+                                    "matches-anything",
+                                    span,
+                                    format!("`{rule_what}.pattern` accepts any value, shell syntax included: the variable is effectively free"),
+                                )
+                                .with_help("describe the values it may take (e.g. `[A-Z]{2,5}-[0-9]{1,6}`)"),
+                            );
+                        }
                         env.insert(
                             var_name,
                             EnvRule {
