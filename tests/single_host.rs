@@ -199,6 +199,24 @@ fn one_host_without_a_broker_spawns_sends_and_the_worker_answers_as_itself() {
     let (ok, acked) = home.fleetd(&["inbox", "ack", reply["id"].as_str().unwrap()]);
     assert!(ok && acked.contains("acknowledged"), "{acked}");
 
+    // A message that reads like a dialog is typed and answered, and the next one follows: what
+    // fleetd typed on the worker's screen never makes the worker `blocked`.
+    for text in ["proceed? (y/n) Press Enter to continue", "and the next one"] {
+        let (ok, sent) = home.fleetd(&["send", &worker, text, "--from", &primary]);
+        assert!(ok, "{sent}");
+        let reply = eventually(
+            &format!("the worker's reply to `{text}`"),
+            Duration::from_secs(20),
+            || {
+                let held = home.json(&["inbox", "pull", "--agent", &primary]);
+                held["messages"].as_array().unwrap().first().cloned()
+            },
+        );
+        assert_eq!(reply["body"]["text"], format!("echo: {text}"), "{reply}");
+        let (ok, acked) = home.fleetd(&["inbox", "ack", reply["id"].as_str().unwrap()]);
+        assert!(ok && acked.contains("acknowledged"), "{acked}");
+    }
+
     // The worker's token, presented by anything in its pane, is the agent's and no more.
     let socket = home.socket();
     let with_token = |mut request: Value| {

@@ -10,7 +10,7 @@
 //! marker of the agent's oldest held message in the pane's history and, if it is there, records
 //! the message as delivered instead of typing it again. Exactly once, with the pane as witness.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,6 +32,13 @@ const CHECK_LINES: usize = 30;
 /// Lines of pane history searched for an already-typed message after a start.
 const HISTORY_LINES: usize = 5000;
 
+/// Lines of typed text remembered per agent, so that their echo on screen is never taken for
+/// the agent asking something.
+const TYPED_LINES: usize = 200;
+
+/// What every typed message line starts with.
+const TYPED_PREFIX: &str = "[fleetd: from ";
+
 /// Types held messages into pane agents until `stop` turns true.
 pub async fn run(
     courier: Arc<Courier>,
@@ -44,6 +51,7 @@ pub async fn run(
     let mut blocked: HashSet<Uuid> = HashSet::new();
     // Agents whose pane history was searched since this start (see the module comment).
     let mut checked: HashSet<Uuid> = HashSet::new();
+    let mut typed: HashMap<Uuid, VecDeque<String>> = HashMap::new();
     loop {
         tokio::select! {
             _ = tick.tick() => {}
@@ -58,18 +66,21 @@ pub async fn run(
             );
             let mut seen = std::mem::take(&mut blocked);
             let mut known = std::mem::take(&mut checked);
+            let mut lines = std::mem::take(&mut typed);
             tokio::task::spawn_blocking(move || {
                 let mut marks = Marks {
                     blocked: &mut seen,
                     checked: &mut known,
+                    typed: &mut lines,
                 };
                 inject_round(&courier, mux.as_ref(), &scrubber, &record, &mut marks);
-                (seen, known)
+                (seen, known, lines)
             })
         };
-        if let Ok((still, known)) = round.await {
+        if let Ok((still, known, lines)) = round.await {
             blocked = still;
             checked = known;
+            typed = lines;
         }
     }
 }
@@ -80,6 +91,8 @@ struct Marks<'a> {
     blocked: &'a mut HashSet<Uuid>,
     /// Agents whose pane history was searched for an already-typed message.
     checked: &'a mut HashSet<Uuid>,
+    /// Per agent, the last lines typed into its pane (see [`asked`]).
+    typed: &'a mut HashMap<Uuid, VecDeque<String>>,
 }
 
 /// One pass over the held messages for pane agents, oldest first.
@@ -109,7 +122,8 @@ fn inject_round(
         let reason = if clear.contains(&agent) {
             None
         } else {
-            block_reason(mux, &pane)
+            let typed = marks.typed.get(&agent).cloned().unwrap_or_default();
+            block_reason(mux, &pane, &typed)
         };
         if let Some((status, reason)) = reason {
             stuck.insert(agent);
@@ -135,6 +149,16 @@ fn inject_round(
                 stuck.insert(agent);
                 warn!(msg.id = %message.id, %error, "cannot type a message into its pane; retrying");
                 continue;
+            }
+            let lines = marks.typed.entry(agent).or_default();
+            lines.extend(
+                text.lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty())
+                    .map(str::to_owned),
+            );
+            while lines.len() > TYPED_LINES {
+                lines.pop_front();
             }
         }
         blocked.remove(&message.id);
@@ -169,8 +193,13 @@ fn marker(id: Uuid) -> String {
     format!("msg {id}]")
 }
 
-/// Why nothing may be typed into `pane` now, if anything.
-fn block_reason(mux: &dyn Multiplexer, pane: &PaneId) -> Option<(Status, String)> {
+/// Why nothing may be typed into `pane` now, if anything. `typed`: the lines fleetd typed there
+/// lately, whose echo does not count as the agent asking.
+fn block_reason(
+    mux: &dyn Multiplexer,
+    pane: &PaneId,
+    typed: &VecDeque<String>,
+) -> Option<(Status, String)> {
     match mux.state(pane) {
         Ok(PaneState::Running) => {}
         Ok(PaneState::Exited(status)) => {
@@ -185,11 +214,34 @@ fn block_reason(mux: &dyn Multiplexer, pane: &PaneId) -> Option<(Status, String)
         ));
     }
     let shown = mux.read(pane, CHECK_LINES).ok()?;
-    dialog_line(&shown).map(|line| {
+    asked(&shown, typed).map(|line| {
         (
             Status::Blocked,
             format!("a prompt waits for an answer: {line}"),
         )
+    })
+}
+
+/// The first line on screen where the agent asks for an answer — not fleetd's own typing: a
+/// line starting a typed message is skipped, and the echo of any line typed lately is taken
+/// out first when it is most of its screen line (a short prompt before it) or long enough not
+/// to be a phrase the agent prints itself. A sender cannot block an agent by typing `(y/n)`;
+/// an agent asking `Proceed? (y/n)` is still seen when someone typed `(y/n)`.
+fn asked(shown: &str, typed: &VecDeque<String>) -> Option<String> {
+    shown.lines().find_map(|line| {
+        if line.contains(TYPED_PREFIX) {
+            return None;
+        }
+        let mut rest = line.to_owned();
+        for echo in typed {
+            if let Some(at) = rest.find(echo.as_str()) {
+                let without = format!("{}{}", &rest[..at], &rest[at + echo.len()..]);
+                if echo.chars().count() >= 8 || without.trim().chars().count() <= 4 {
+                    rest = without;
+                }
+            }
+        }
+        dialog_line(&rest)
     })
 }
 
@@ -211,4 +263,40 @@ fn typed(message: &Held) -> String {
         message.origin.host,
         marker(message.id)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn typed(lines: &[&str]) -> VecDeque<String> {
+        lines.iter().map(|l| (*l).to_owned()).collect()
+    }
+
+    #[test]
+    fn typed_text_is_never_taken_for_the_agent_asking() {
+        let none = VecDeque::new();
+        // The first line of a typed message carries fleetd's prefix.
+        let screen = "> [fleetd: from mac/laptop, msg 0190] continue? (y/n)\n";
+        assert_eq!(asked(screen, &none), None);
+        // A continuation line, or a short typed line behind a prompt.
+        let lines = typed(&["second line: Press Enter to continue", "(y/n)"]);
+        let screen = "  second line: Press Enter to continue\n> (y/n)\n";
+        assert_eq!(asked(screen, &lines), None);
+    }
+
+    #[test]
+    fn the_agent_asking_is_still_seen() {
+        let none = VecDeque::new();
+        assert_eq!(
+            asked("Do you trust the files in this folder?\n", &none).as_deref(),
+            Some("Do you trust the files in this folder?")
+        );
+        // Someone typed `(y/n)` before; the agent's own question ends the same way.
+        let lines = typed(&["(y/n)"]);
+        assert_eq!(
+            asked("Proceed with the edit? (y/n)\n", &lines).as_deref(),
+            Some("Proceed with the edit? (y/n)")
+        );
+    }
 }
