@@ -15,7 +15,7 @@ use std::process::Command;
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::{BIN, Fleets, grants, nonce, spawn_logged};
+use common::{BIN, Fleets, eventually, grants, nonce, spawn_logged};
 
 use fleetd::broker::connect;
 use fleetd::broker::publish::{Publisher, SendOutcome};
@@ -237,6 +237,36 @@ async fn a_daemon_takes_in_genuine_messages_and_refuses_unpinned_ones() {
     assert!(
         !cli(&["inbox", "pull", "--json"]).contains(&expired.meta.id.to_string()),
         "nothing refused is delivered"
+    );
+    // A 100 KB, escape-laden origin host, before any signature check: one short line and one
+    // short audit record, the value in neither.
+    let hostile = format!("{}\u{1b}[2J\nINFO fleetd: all good", "h".repeat(100_000));
+    let (meta, payload) = message(&a, &hostile, &b, primary);
+    publisher
+        .send(&ingress, "ctl.hostb", &wire::seal(meta, &payload, &key_a))
+        .await
+        .unwrap();
+    let before = seen.len();
+    wait_for(&lines, &mut seen, "fleetd-origin-host");
+    let logged = &seen[before..];
+    assert!(
+        logged.lines().all(|l| l.len() < 2_000) && !logged.contains("all good"),
+        "bounded, the value nowhere: {} bytes",
+        logged.len()
+    );
+    let record = eventually("the audit record", Duration::from_secs(10), || {
+        std::fs::read_to_string(&audit_file)
+            .unwrap()
+            .lines()
+            .rfind(|l| l.contains("fleetd-origin-host"))
+            .map(str::to_owned)
+    });
+    assert!(
+        record.len() < 2_000
+            && !record.contains("hhhhhhhhhhhhhhhh")
+            && !record.contains("all good"),
+        "{} bytes",
+        record.len()
     );
     let verify = Command::new(BIN)
         .args(["audit", "verify", "--file", audit_file.to_str().unwrap()])
