@@ -227,6 +227,7 @@ fn numbered_streams_survive_a_leader_stop_a_killed_node_and_a_long_node_outage()
         host.broker_nodes = NODES.to_owned();
         host.broker_lines = format!("queue_type = \"quorum\"\nskew_secs = {SKEW_SECS}\n");
     }
+    b.accept_mail_from(&[&fa]);
     let (child, a_log) = a.start(&fa, &pa, &[&fb], &[(&b, &fb)]);
     cleanup.children.push(child);
     let (child, b_log) = b.start(&fb, &pb, &[&fa], &[(&a, &fa)]);

@@ -102,6 +102,16 @@ async fn a_daemon_takes_in_genuine_messages_and_refuses_unpinned_ones() {
         ),
     )
     .unwrap();
+    // hostb's mailboxes take messages from fleet a (its message policy).
+    let policy = dir.path().join(".config/fleetd/policy");
+    std::fs::create_dir_all(&policy).unwrap();
+    std::fs::write(
+        policy.join("50-mailboxes.toml"),
+        format!(
+            "[[message]]\nid = \"a-to-mailboxes\"\nfleets = [\"{a}\"]\nprofiles = [\"mailbox\"]\n"
+        ),
+    )
+    .unwrap();
     let mut command = Command::new(BIN);
     command
         .args(["--config", config.to_str().unwrap(), "run"])

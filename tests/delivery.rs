@@ -33,6 +33,8 @@ fn messages_cross_fleets_with_receipts_and_are_held_until_acknowledged() {
         Host::new(root.path(), "laptop"),
         Host::new(root.path(), "w1"),
     );
+    laptop.accept_mail_from(&[&b]);
+    worker_host.accept_mail_from(&[&a]);
     let (child, laptop_log) = laptop.start(&a, &pa, &[&b], &[(&worker_host, &b)]);
     cleanup.children.push(child);
     let (child, worker_log) = worker_host.start(&b, &pb, &[&a], &[(&laptop, &a)]);
@@ -181,6 +183,7 @@ fn a_full_inbox_and_an_unknown_agent_in_one_confirm_window_are_each_named() {
     let (_, fleet, password, mut cleanup) = common::one_fleet("dw");
     let root = tempfile::tempdir().unwrap();
     let (sender, receiver) = (Host::new(root.path(), "s1"), Host::new(root.path(), "r1"));
+    receiver.accept_mail_from(&[&fleet]);
     let (child, sender_log) = sender.start(&fleet, &password, &[], &[(&receiver, &fleet)]);
     cleanup.children.push(child);
     let (child, receiver_log) = receiver.start(&fleet, &password, &[], &[(&sender, &fleet)]);
@@ -374,6 +377,7 @@ fn messages_the_store_cannot_take_go_back_to_the_broker_and_arrive_once_there_is
     let (mut sender, mut receiver) = (Host::new(root.path(), "s1"), Host::new(root.path(), "r1"));
     sender.broker_lines = String::new();
     receiver.broker_lines = "max_held = 3\n".to_owned();
+    receiver.accept_mail_from(&[&fleet]);
     let (child, sender_log) = sender.start(&fleet, &password, &[], &[(&receiver, &fleet)]);
     cleanup.children.push(child);
     let (child, receiver_log) = receiver.start(&fleet, &password, &[], &[(&sender, &fleet)]);

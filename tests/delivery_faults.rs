@@ -32,6 +32,7 @@ fn a_thousand_messages_survive_a_broker_restart_and_a_killed_receiver_exactly_on
     for host in [&mut sender, &mut receiver] {
         host.broker_lines = format!("skew_secs = {SKEW_SECS}\n");
     }
+    receiver.accept_mail_from(&[&fleet]);
     let (child, sender_log) = sender.start(&fleet, &password, &[], &[(&receiver, &fleet)]);
     cleanup.children.push(child);
     let (child, receiver_log) = receiver.start(&fleet, &password, &[], &[(&sender, &fleet)]);

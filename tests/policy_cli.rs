@@ -136,6 +136,39 @@ fn explain_exit_codes_and_output() {
     assert_eq!(json["effect"], "deny");
     assert_eq!(json["rules"][0], "default-deny");
 
+    // Messages are explained as spawns are: the deciding rule and why, exit 0 or 1.
+    for (sender, code, rule) in [("spawner", 0, "spawner"), ("other", 1, "default-deny")] {
+        let message = fleetd_stdin(
+            &["policy", "explain", "--policy", policy, "-"],
+            format!(r#"{{"kind":"message","origin":{{"fleet":"mac","host":"laptop"}},"profile":"worker","sender":"{sender}"}}"#).as_bytes(),
+        );
+        assert_eq!(
+            message.status.code(),
+            Some(code),
+            "{sender}: {}",
+            stdout(&message)
+        );
+        let json: serde_json::Value = serde_json::from_slice(&message.stdout).unwrap();
+        assert_eq!(json["rules"][0], rule, "{json}");
+        assert!(json["pane"].is_null(), "a message has no pane: {json}");
+    }
+    let shell = fleetd_stdin(
+        &["policy", "explain", "--policy", policy, "-"],
+        br#"{"kind":"message","origin":{"fleet":"mac","host":"laptop"},"profile":"maintenance","sender":"spawner"}"#,
+    );
+    assert_eq!(shell.status.code(), Some(1));
+    assert!(
+        stdout(&shell).contains("no-remote-text"),
+        "{}",
+        stdout(&shell)
+    );
+    let bad = fleetd_stdin(
+        &["policy", "explain", "--policy", policy, "-"],
+        br#"{"kind":"message","origin":{"fleet":"mac","host":"laptop"},"profile":"worker","text":"rm -rf /"}"#,
+    );
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("`text`: unknown field"));
+
     let limited = fleetd_stdin(
         &[
             "policy",

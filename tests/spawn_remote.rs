@@ -48,6 +48,7 @@ fn a_laptop_spawns_a_worker_on_another_fleets_host_and_gives_it_a_task() {
     );
 
     let work = w1.work_dir();
+    w1.accept_mail_from(&[&a]);
     w1.policy(&[
         (
             "00-profiles.toml",
@@ -110,6 +111,8 @@ max_instances = 1
     );
     assert_eq!(tmux.panes().len(), before, "nothing launched on w1");
 
+    // Spawned for the primary: it may give the worker tasks with no `[[message]]` rule.
+    let primary = laptop.open_agent("primary");
     let (ok, started) = spawn(
         &laptop,
         &[
@@ -119,6 +122,8 @@ max_instances = 1
             "worker",
             "--label",
             "task-worker",
+            "--for",
+            &primary,
         ],
     );
     assert!(ok, "{started}");
@@ -126,7 +131,6 @@ max_instances = 1
     let worker = started["agent"].as_str().unwrap().to_owned();
     laptop.wait_listed(&worker);
 
-    let primary = laptop.open_agent("primary");
     let (task, route) = laptop.send(&worker, &primary, "count the lines in README.md");
     assert_eq!(route, "foreign");
     laptop.wait_delivery(&task, "delivered");

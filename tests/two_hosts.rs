@@ -372,7 +372,10 @@ fn start_pair(topology: &mut Topology) -> (common::TmuxServer, usize, [Receiver<
     let tmux = common::TmuxServer::start_in(common::nonce(), |c| topology.net_worker.wrap(&c));
     let (_, laptop_log) = topology.start(true, "", "");
     let (worker, worker_log) = topology.start(false, &tmux.config_line(), "");
-    wait_joined(&laptop_log, &worker_log, Duration::from_secs(30));
+    // 60 s: the scenarios re-create the same vhosts, and RabbitMQ may leave the first connection
+    // to a vhost deleted and added again moments ago unanswered (the link gives up on it after
+    // 15 s and connects again).
+    wait_joined(&laptop_log, &worker_log, Duration::from_secs(60));
     (tmux, worker, [laptop_log, worker_log])
 }
 
@@ -477,6 +480,135 @@ fn delegation_a_primary_spawns_a_worker_on_fleet01_through_mcp_and_gets_its_repl
     assert!(tmux.shown().contains("replied:["), "the worker answered");
 }
 
+/// The attack of issue 19 and the defaults that replace it: fleet01's operator runs a shell
+/// (`maintenance`) and a `helper` there; the laptop's primary asks for a `worker`. From the
+/// laptop, a shell command for the shell is refused (`refused` at the laptop, nothing run); a
+/// message for the worker from its spawner, and one for the helper that a `[[message]]` rule
+/// admits, are typed once; the worker refuses a laptop agent that did not spawn it.
+#[test]
+fn messages_from_the_laptop_obey_fleet01s_message_policy() {
+    let _serial = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut topology = Topology::new();
+    worker_policy(&topology.worker);
+    let work = topology.worker.work_dir();
+    topology.worker.policy(&[(
+        "20-local.toml",
+        format!(
+            "[profile.helper]\ndescription = \"A scripted helper.\"\n\
+             argv = [\"/bin/sh\", \"-c\", \"echo 'helper> ready'; while read -r line; do echo \\\"helper:[$line]\\\"; done\"]\n\
+             roots = [\"{work}\"]\n[profile.helper.ready]\npattern = \"^helper> ready\"\ntimeout_secs = 15\n\n\
+             [[grant]]\nid = \"local-operator\"\nfleets = [\"{FLEET01}\"]\nhosts = [\"fleet01\"]\nprofiles = [\"helper\", \"maintenance\"]\n\n\
+             [[message]]\nid = \"laptop-to-helpers\"\nfleets = [\"{MAC}\"]\nhosts = [\"laptop\"]\nprofiles = [\"helper\"]\n",
+            work = work.display()
+        ),
+    )]);
+    let (tmux, _, _logs) = start_pair(&mut topology);
+    let local_spawn = |profile: &str| {
+        let reply = topology
+            .worker
+            .cli(&["spawn", "--json", "--profile", profile]);
+        let reply: serde_json::Value = serde_json::from_str(&reply).unwrap();
+        assert_eq!(reply["outcome"], "started", "{profile}: {reply}");
+        let id = reply["agent"].as_str().unwrap().to_owned();
+        topology.laptop.wait_listed(&id);
+        id
+    };
+    let shell = local_spawn("maintenance");
+    let helper = local_spawn("helper");
+    let primary = topology.laptop.open_agent("primary");
+    let stranger = topology.laptop.open_agent("stranger");
+    let (ok, spawned) = spawn_from_laptop(&topology, &["--profile", "worker", "--for", &primary]);
+    assert!(ok, "{spawned}");
+    let worker = spawned["agent"].as_str().unwrap().to_owned();
+    topology.laptop.wait_listed(&worker);
+
+    let pwned = topology.worker.dir.join("pwned");
+    let injection = format!("; id > {}; #", pwned.display());
+    let (to_shell, _) = topology.laptop.send(&shell, &primary, &injection);
+    let (to_worker, _) = topology.laptop.send(&worker, &primary, "from the spawner");
+    let (to_helper, _) = topology
+        .laptop
+        .send(&helper, &stranger, "granted by a rule");
+    let (to_worker_stranger, _) = topology.laptop.send(&worker, &stranger, "not its spawner");
+
+    let refused = topology.laptop.wait_delivery(&to_shell, "refused");
+    let reason = refused["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("refused by host fleet01") && reason.contains("interactive shell"),
+        "{refused}"
+    );
+    let refused = topology
+        .laptop
+        .wait_delivery(&to_worker_stranger, "refused");
+    assert!(
+        refused["reason"]
+            .as_str()
+            .unwrap()
+            .contains("no message rule admits"),
+        "{refused}"
+    );
+    for typed in [&to_worker, &to_helper] {
+        topology.laptop.wait_delivery(typed, "delivered");
+    }
+    let shown = tmux.shown();
+    assert_eq!(
+        shown.matches("from the spawner]").count(),
+        1,
+        "typed once: {shown}"
+    );
+    assert_eq!(
+        shown.matches("granted by a rule]").count(),
+        1,
+        "typed once: {shown}"
+    );
+    assert!(!shown.contains("not its spawner"), "{shown}");
+    assert!(
+        !shown.contains("; id >"),
+        "nothing reached the shell: {shown}"
+    );
+    assert!(!pwned.exists(), "the injected command never ran");
+    // The worker answered its spawner: the laptop lets an agent the primary asked for reach it.
+    common::eventually(
+        "the worker's answer held for the primary",
+        Duration::from_secs(20),
+        || {
+            let texts: Vec<String> = topology
+                .laptop
+                .held(&primary)
+                .iter()
+                .map(|m| m["body"]["text"].to_string())
+                .collect();
+            texts
+                .iter()
+                .any(|t| t.contains("done: 12 lines"))
+                .then_some(())
+        },
+    );
+
+    // fleet01 audited each decision by rule, never the text.
+    let record = audit(&topology.worker);
+    let decided = |id: &str| {
+        record
+            .lines()
+            .find(|l| l.contains(&format!("\"msg_id\":\"{id}\"")))
+            .unwrap_or_else(|| panic!("no record of {id}: {record}"))
+            .to_owned()
+    };
+    for (id, event, rule) in [
+        (&to_shell, "message.refused", "no-remote-text"),
+        (&to_worker_stranger, "message.refused", "default-deny"),
+        (&to_worker, "message.accepted", "spawner"),
+        (&to_helper, "message.accepted", "laptop-to-helpers"),
+    ] {
+        let line = decided(id);
+        assert!(line.contains(&format!("\"{event}\"")), "{line}");
+        assert!(line.contains(&format!("\"rules\":[\"{rule}\"]")), "{line}");
+    }
+    assert!(!record.contains("id >"), "no message text in the audit log");
+}
+
 /// `fleetd --json spawn --host fleet01 ARGS`, run inside the laptop: (succeeded, reply).
 fn spawn_from_laptop(topology: &Topology, args: &[&str]) -> (bool, serde_json::Value) {
     let laptop = &topology.laptop;
@@ -545,6 +677,7 @@ fn spawn_request(
         env: std::collections::BTreeMap::new(),
         cwd: None,
         label: Some("forged".to_owned()),
+        by: None,
     });
     (meta, payload)
 }
@@ -774,11 +907,12 @@ fn faults_two_thousand_messages_survive_broker_restarts_and_a_killed_host_exactl
         ),
     ]);
     let (tmux, worker_child, _logs) = start_pair(&mut topology);
-    let (ok, started) = spawn_from_laptop(&topology, &["--profile", "sink"]);
+    let primary = topology.laptop.open_agent("primary");
+    // Spawned for the primary: its messages reach the sink with no `[[message]]` rule.
+    let (ok, started) = spawn_from_laptop(&topology, &["--profile", "sink", "--for", &primary]);
     assert!(ok, "{started}");
     let sink_id = started["agent"].as_str().unwrap().to_owned();
     topology.laptop.wait_listed(&sink_id);
-    let primary = topology.laptop.open_agent("primary");
 
     const COUNT: usize = 2000;
     let mut outages = Vec::new();

@@ -74,6 +74,9 @@ pub enum Owner {
         fleet: String,
         /// Its host.
         host: String,
+        /// The agent there that asked; `None`: that host's operator.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        agent: Option<Uuid>,
     },
 }
 
@@ -83,7 +86,12 @@ impl std::fmt::Display for Owner {
             Owner::Operator => f.write_str("the operator"),
             Owner::Lead => f.write_str("the lead supervisor"),
             Owner::Agent { id } => write!(f, "agent {id}"),
-            Owner::Peer { fleet, host } => write!(f, "`{fleet}/{host}`"),
+            Owner::Peer {
+                fleet,
+                host,
+                agent: Some(agent),
+            } => write!(f, "agent {agent} of `{fleet}/{host}`"),
+            Owner::Peer { fleet, host, .. } => write!(f, "`{fleet}/{host}`"),
         }
     }
 }

@@ -28,6 +28,7 @@ fn register(
 
 fn peer(fleet: &str, host: &str) -> Owner {
     Owner::Peer {
+        agent: None,
         fleet: fleet.to_owned(),
         host: host.to_owned(),
     }

@@ -110,6 +110,8 @@ impl PrimaryTools {
             label: p.label,
             host: p.host,
             fleet: p.fleet,
+            // The primary is the new agent's spawner: it may message it and hear back.
+            for_agent: Some(self.agent),
         }))
         .await
     }

@@ -14,7 +14,7 @@ pub mod peer;
 pub mod request;
 
 pub use peer::{Operators, Peer, PeerClass, SocketAccess};
-pub use request::{Call, Request};
+pub use request::{Call, Request, SpawnAsk};
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -255,10 +255,16 @@ pub fn scope(caller: Caller, request: Request) -> Result<Request, String> {
     };
     match request {
         // A spawn goes on to the gateway, which checks the agent profile's `may_spawn`.
-        Request::Roster {}
-        | Request::HeldAck { .. }
-        | Request::Delivery { .. }
-        | Request::Spawn(_) => Ok(request),
+        Request::Roster {} | Request::HeldAck { .. } | Request::Delivery { .. } => Ok(request),
+        Request::Spawn(ask) => match ask.for_agent {
+            Some(other) if other != me => Err(format!(
+                "an agent spawns for itself: `for` {other} is not {me}"
+            )),
+            _ => Ok(Request::Spawn(SpawnAsk {
+                for_agent: Some(me),
+                ..ask
+            })),
+        },
         Request::Send { to, text, from } => match from {
             Some(from) if from != me => Err(format!(
                 "an agent sends as itself: `from` {from} is not {me}"
@@ -466,10 +472,18 @@ mod tests {
             Request::Roster {},
             Request::HeldAck { id: other },
             Request::Delivery { id: other },
-            Request::Spawn(crate::route::SpawnAsk::default()),
         ] {
             assert_eq!(scope(agent, allowed.clone()), Ok(allowed));
         }
+        // A spawn is for the agent itself: it is the new agent's spawner, never another.
+        let spawn = |for_agent| {
+            Request::Spawn(crate::route::SpawnAsk {
+                for_agent,
+                ..crate::route::SpawnAsk::default()
+            })
+        };
+        assert_eq!(scope(agent, spawn(None)), Ok(spawn(Some(me))));
+        assert!(scope(agent, spawn(Some(other))).is_err_and(|e| e.contains("spawns for itself")));
         for refused in [
             Request::Status {},
             Request::AgentOpen {

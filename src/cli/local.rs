@@ -314,6 +314,7 @@ pub(super) struct SpawnArgs<'a> {
     pub(super) env: &'a [String],
     pub(super) cwd: Option<&'a str>,
     pub(super) label: Option<&'a str>,
+    pub(super) for_agent: Option<&'a str>,
 }
 
 pub(super) fn spawn(
@@ -333,6 +334,10 @@ pub(super) fn spawn(
         };
         env.insert(name.to_owned(), value.to_owned());
     }
+    let for_agent = match args.for_agent.map(|a| id_arg(a, "--for", out)).transpose() {
+        Ok(for_agent) => for_agent,
+        Err(code) => return code,
+    };
     let request = Request::Spawn(SpawnAsk {
         profile: args.profile.to_owned(),
         env,
@@ -340,6 +345,7 @@ pub(super) fn spawn(
         label: args.label.map(str::to_owned),
         host: args.host.map(str::to_owned),
         fleet: args.fleet.map(str::to_owned),
+        for_agent,
     });
     ask_with(
         config,

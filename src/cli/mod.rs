@@ -144,6 +144,10 @@ pub enum Command {
         /// The agent's name on this host.
         #[arg(long)]
         label: Option<String>,
+        /// The local agent (global id) the new agent answers to: its spawner, which may message
+        /// it, and hear from it, with no `[[message]]` rule (default: none — the operator).
+        #[arg(long = "for", value_name = "AGENT")]
+        for_agent: Option<String>,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -247,6 +251,7 @@ pub fn main() -> ExitCode {
             ref env,
             ref cwd,
             ref label,
+            ref for_agent,
             json,
         } => local::spawn(
             cli.config.as_deref(),
@@ -257,6 +262,7 @@ pub fn main() -> ExitCode {
                 env,
                 cwd: cwd.as_deref(),
                 label: label.as_deref(),
+                for_agent: for_agent.as_deref(),
             },
             json,
             &out,

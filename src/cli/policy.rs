@@ -8,7 +8,9 @@ use clap::{Subcommand, ValueEnum};
 
 use super::{Output, exit};
 use crate::config::Config;
-use crate::policy::{self, Counts, Diagnostic, Effect, MAX_REQUEST, PolicySet, Request, Severity};
+use crate::policy::{
+    self, Ask, Counts, Decision, Diagnostic, Effect, MAX_REQUEST, PolicySet, RequestError, Severity,
+};
 
 /// `fleetd policy …`.
 #[derive(Debug, Subcommand)]
@@ -24,12 +26,12 @@ pub enum PolicyCommand {
         #[arg(long)]
         deny_warnings: bool,
     },
-    /// Decide one request and show why (exit 0 allow, 1 deny, 2 invalid request, 3 invalid policy).
+    /// Decide one spawn request or message and show why (exit 0 allow, 1 deny, 2 invalid request, 3 invalid policy).
     Explain {
         /// The policy directory (default: the configured one).
         #[arg(long, value_name = "DIR")]
         policy: Option<PathBuf>,
-        /// The request as JSON (`-` for stdin).
+        /// The request as JSON (`-` for stdin): a spawn request, or `{"kind": "message", "origin": {…}, "profile": P, "sender": "spawner"|"spawned"|"other"}`.
         request: PathBuf,
         /// Counts to check limits against, as JSON: {"running": N, "origin_running": N, "recent": N}.
         #[arg(long, value_name = "JSON")]
@@ -136,11 +138,12 @@ fn summary(dir: &Path, set: Option<&PolicySet>, diagnostics: &[Diagnostic]) -> S
     let warnings = diagnostics.len() - errors;
     match set {
         Some(set) => format!(
-            "{}: policy ok: {} profile(s), {} grant(s), {} deny rule(s); {warnings} warning(s)",
+            "{}: policy ok: {} profile(s), {} grant(s), {} deny rule(s), {} message rule(s); {warnings} warning(s)",
             dir.display(),
             set.profiles.len(),
             set.grants.len(),
-            set.denies.len()
+            set.denies.len(),
+            set.messages.len()
         ),
         None => format!(
             "{}: policy invalid: {errors} error(s), {warnings} warning(s)",
@@ -179,8 +182,18 @@ fn explain(dir: &Path, request_path: &Path, usage: Option<&str>, out: &Output) -
             return exit::code(exit::USAGE);
         }
     };
-    let request = match Request::from_json(&bytes) {
-        Ok(request) => request,
+    let parsed = serde_json::from_slice::<serde_json::Value>(&bytes)
+        .map_err(|e| RequestError {
+            field: "request".to_owned(),
+            message: format!("not valid JSON (line {}, column {})", e.line(), e.column()),
+        })
+        .and_then(|value| Ask::from_value(&value));
+    let request = match parsed {
+        Ok(Ask::Spawn(request)) => request,
+        Ok(Ask::Message(message)) => {
+            let decision = policy::evaluate_message(&policy, &message);
+            return decided(&decision, None, out);
+        }
         Err(error) => {
             out.note(&format!("error: invalid request: {error}"));
             return exit::code(exit::USAGE);
@@ -207,6 +220,11 @@ fn explain(dir: &Path, request_path: &Path, usage: Option<&str>, out: &Output) -
             }
         }
     }
+    decided(&decision, spec, out)
+}
+
+/// Prints a decision (and the pane spec an allowed spawn would get); exit 0 allow, 1 deny.
+fn decided(decision: &Decision, spec: Option<serde_json::Value>, out: &Output) -> ExitCode {
     let mut json = serde_json::json!({
         "effect": decision.effect,
         "rules": decision.rules,

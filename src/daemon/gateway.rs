@@ -141,6 +141,14 @@ impl Router for Gateway {
             Some(agent) => self.may_spawn(agent, &ask.profile)?,
             None => Owner::Operator,
         };
+        if let Some(agent) = ask
+            .for_agent
+            .filter(|a| !self.courier.agents().contains(*a))
+        {
+            return Err(RouterError::Invalid(format!(
+                "`for`: no local agent {agent} (the new agent answers to an agent of this host)"
+            )));
+        }
         let me = self.courier.me();
         match &ask.host {
             Some(host)

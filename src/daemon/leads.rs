@@ -108,6 +108,7 @@ fn check(gateway: &Gateway, lead: &Lead, watch: &mut Watch) {
         env: lead.env.clone(),
         cwd: lead.cwd.clone(),
         label: Some(lead.name.clone()),
+        by: None,
     };
     let outcome = checked_request(&courier.me(), &body)
         .map_err(|e| e.to_string())

@@ -120,6 +120,7 @@ pub async fn run(
             .map_err(RunError::State)?,
         ),
     };
+    courier.use_policy(policy.shared());
     let roster = Arc::new(std::sync::Mutex::new(Roster::new(
         HostId {
             fleet: courier.me().fleet,

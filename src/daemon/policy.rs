@@ -3,7 +3,7 @@
 //! source line.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use tracing::{error, info, warn};
 
@@ -13,7 +13,7 @@ use crate::policy::{self, Diagnostic, LoadError, PolicySet, Severity};
 #[derive(Clone, Debug)]
 pub struct PolicyHandle {
     dir: PathBuf,
-    current: Arc<RwLock<Arc<PolicySet>>>,
+    current: policy::Current,
     /// Found at start, before logging exists; logged by [`PolicyHandle::log_loaded`].
     startup: Vec<Diagnostic>,
     missing: bool,
@@ -60,7 +60,7 @@ impl PolicyHandle {
         };
         Ok(PolicyHandle {
             dir: dir.to_owned(),
-            current: Arc::new(RwLock::new(Arc::new(set))),
+            current: policy::Current::new(set),
             startup,
             missing,
         })
@@ -68,12 +68,12 @@ impl PolicyHandle {
 
     /// The policy in force.
     pub fn current(&self) -> Arc<PolicySet> {
-        Arc::clone(
-            &self
-                .current
-                .read()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        )
+        self.current.get()
+    }
+
+    /// The policy in force, for another decider to share (reloads reach it).
+    pub fn shared(&self) -> policy::Current {
+        self.current.clone()
     }
 
     /// Reloads from disk; keeps the last good set when the new one is invalid or unreadable.
@@ -82,10 +82,7 @@ impl PolicyHandle {
             (Ok(set), diagnostics) => {
                 log_warnings(&diagnostics);
                 summary(&set, "policy reloaded");
-                *self
-                    .current
-                    .write()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(set);
+                self.current.replace(set);
                 true
             }
             (Err(error), diagnostics) => {
@@ -113,6 +110,7 @@ fn summary(set: &PolicySet, message: &str) {
         policy.profiles = set.profiles.len(),
         policy.grants = set.grants.len(),
         policy.denies = set.denies.len(),
+        policy.messages = set.messages.len(),
         "{message}"
     );
 }

@@ -238,7 +238,11 @@ impl Gateway {
             .map_err(courier_error)?;
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(290);
         loop {
-            if let Some((_, reply)) = self.courier.take_spawn_reply(id).map_err(courier_error)? {
+            if let Some((held, reply)) = self.courier.take_spawn_reply(id).map_err(courier_error)? {
+                if let (Some(agent), Some(requester)) = (reply.agent, ask.for_agent) {
+                    self.courier
+                        .remember_spawned(agent, &held.origin, requester);
+                }
                 return Ok(json!({
                     "outcome": reply.outcome,
                     "agent": reply.agent.map(|a| a.to_string()),
@@ -272,6 +276,7 @@ impl Gateway {
                     Owner::Peer {
                         fleet: held.origin.fleet.clone(),
                         host: held.origin.host.clone(),
+                        agent: body.by,
                     },
                 ) {
                     Ok((reply, _)) => reply,
@@ -329,6 +334,7 @@ pub(super) fn spawn_request(ask: &SpawnAsk) -> SpawnRequest {
         env: ask.env.clone(),
         cwd: ask.cwd.clone(),
         label: ask.label.clone(),
+        by: ask.for_agent,
     }
 }
 

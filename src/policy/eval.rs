@@ -1,11 +1,12 @@
 //! The decision: pure, deny by default, a matching deny beats any grant, and every decision
 //! names the rules that made it.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use super::model::{Deny, Grant, PolicySet, Profile, RuleId};
 use super::names;
-use super::request::Request;
+use super::request::{Origin, Request};
 
 /// Allow or deny.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -70,23 +71,8 @@ impl Usage for Counts {
 
 /// Decides `request` against `policy` given `usage`.
 pub fn evaluate(policy: &PolicySet, request: &Request, usage: &dyn Usage) -> Decision {
-    let denies: Vec<&Deny> = policy
-        .denies
-        .iter()
-        .filter(|d| deny_matches(d, request))
-        .collect();
-    if !denies.is_empty() {
-        return Decision {
-            effect: Effect::Deny,
-            rules: denies.iter().map(|d| d.id.clone()).collect(),
-            reasons: denies
-                .iter()
-                .map(|d| match &d.description {
-                    Some(why) => format!("deny `{}`: {why}", d.id),
-                    None => format!("deny `{}` matches this request", d.id),
-                })
-                .collect(),
-        };
+    if let Some(denied) = denied(policy, "request", |d| deny_matches(d, request)) {
+        return denied;
     }
     let Some(profile) = policy.profiles.get(&request.profile) else {
         return default_deny(format!("this host has no profile `{}`", request.profile));
@@ -133,13 +119,39 @@ fn default_deny(reason: String) -> Decision {
     }
 }
 
-fn deny_matches(deny: &Deny, request: &Request) -> bool {
+/// A deny decision citing every deny rule of `policy` that `matches`, if any; `what` names the
+/// thing refused in a reason without a description.
+pub(super) fn denied(
+    policy: &PolicySet,
+    what: &str,
+    matches: impl Fn(&Deny) -> bool,
+) -> Option<Decision> {
+    let denies: Vec<&Deny> = policy.denies.iter().filter(|d| matches(d)).collect();
+    (!denies.is_empty()).then(|| Decision {
+        effect: Effect::Deny,
+        rules: denies.iter().map(|d| d.id.clone()).collect(),
+        reasons: denies
+            .iter()
+            .map(|d| match &d.description {
+                Some(why) => format!("deny `{}`: {why}", d.id),
+                None => format!("deny `{}` matches this {what}", d.id),
+            })
+            .collect(),
+    })
+}
+
+/// Whether `deny`'s fleets, hosts and profiles take `origin` and `profile` (its `env` aside).
+pub(super) fn deny_scope_matches(deny: &Deny, origin: &Origin, profile: &str) -> bool {
     let within = |set: &Option<std::collections::BTreeSet<String>>, item: &str| {
         set.as_ref().is_none_or(|s| s.contains(item))
     };
-    within(&deny.fleets, &request.origin.fleet)
-        && within(&deny.hosts, &request.origin.host)
-        && within(&deny.profiles, &request.profile)
+    within(&deny.fleets, &origin.fleet)
+        && within(&deny.hosts, &origin.host)
+        && within(&deny.profiles, profile)
+}
+
+fn deny_matches(deny: &Deny, request: &Request) -> bool {
+    deny_scope_matches(deny, &request.origin, &request.profile)
         && deny
             .env
             .as_ref()
@@ -222,14 +234,24 @@ fn check_grant(
 
 /// Whether `deny` refuses every request `grant` could allow (the grant can never match).
 pub(super) fn deny_covers(deny: &Deny, grant: &Grant) -> bool {
-    let covers = |set: &Option<std::collections::BTreeSet<String>>,
-                  items: &std::collections::BTreeSet<String>| {
+    deny_covers_scope(deny, &grant.fleets, grant.hosts.as_ref(), &grant.profiles)
+}
+
+/// Whether `deny` (without `env`) takes every origin and profile of a rule scoped by `fleets`,
+/// `hosts` (`None`: any) and `profiles`.
+pub(super) fn deny_covers_scope(
+    deny: &Deny,
+    fleets: &BTreeSet<String>,
+    hosts: Option<&BTreeSet<String>>,
+    profiles: &BTreeSet<String>,
+) -> bool {
+    let covers = |set: &Option<BTreeSet<String>>, items: &BTreeSet<String>| {
         set.as_ref().is_none_or(|s| items.is_subset(s))
     };
     deny.env.is_none()
-        && covers(&deny.fleets, &grant.fleets)
-        && covers(&deny.profiles, &grant.profiles)
-        && match (&deny.hosts, &grant.hosts) {
+        && covers(&deny.fleets, fleets)
+        && covers(&deny.profiles, profiles)
+        && match (&deny.hosts, hosts) {
             (None, _) => true,
             (Some(denied), Some(hosts)) => hosts.is_subset(denied),
             (Some(_), None) => false,

@@ -9,6 +9,7 @@
 
 mod diag;
 mod eval;
+mod message;
 mod model;
 mod names;
 mod parse;
@@ -18,6 +19,8 @@ mod spec;
 pub mod testcase;
 
 #[cfg(test)]
+mod message_tests;
+#[cfg(test)]
 mod tests;
 
 use std::collections::BTreeMap;
@@ -26,13 +29,49 @@ use std::path::{Path, PathBuf};
 
 pub use diag::{Diagnostic, Severity, to_json, to_sarif};
 pub use eval::{Counts, DEFAULT_DENY, Decision, Effect, Usage, evaluate};
+pub use message::{
+    Ask, MessageRequest, NO_REMOTE_TEXT, SPAWNED, SPAWNER, Sender, evaluate_message,
+};
 pub use model::{
-    Deny, EnvRule, Grant, Location, PolicySet, Profile, Rate, Readiness, RuleId, SecretRef,
+    Deny, EnvRule, Grant, Location, MAILBOX, MessageGrant, PolicySet, Profile, Rate, Readiness,
+    RuleId, SecretRef,
 };
 pub use names::{DANGEROUS, dangerous};
 pub use request::{MAX_REQUEST, Origin, Request, RequestError};
 pub use schema::json_schema;
 pub use spec::{PaneSpec, SpecError, pane_spec};
+
+/// The policy in force, shared by whoever decides with it (the daemon's spawn path, the
+/// courier's intake of messages); replaced whole when it is reloaded.
+#[derive(Clone, Debug, Default)]
+pub struct Current(std::sync::Arc<std::sync::RwLock<std::sync::Arc<PolicySet>>>);
+
+impl Current {
+    /// Shares `set`.
+    pub fn new(set: PolicySet) -> Current {
+        Current(std::sync::Arc::new(std::sync::RwLock::new(
+            std::sync::Arc::new(set),
+        )))
+    }
+
+    /// The policy in force.
+    pub fn get(&self) -> std::sync::Arc<PolicySet> {
+        std::sync::Arc::clone(
+            &self
+                .0
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
+
+    /// Puts `set` in force.
+    pub fn replace(&self, set: PolicySet) {
+        *self
+            .0
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = std::sync::Arc::new(set);
+    }
+}
 
 /// Errors from loading a policy directory.
 #[derive(Debug, thiserror::Error)]
@@ -136,6 +175,15 @@ pub fn load_sources(
             }
             set.grants.push(grant);
         }
+        for (rule, span) in items.messages {
+            if let Some(d) =
+                claim_rule_id(&mut rule_sites, &rule.id, &rule.location, path, text, span)
+            {
+                diagnostics.push(d);
+                continue;
+            }
+            set.messages.push(rule);
+        }
         for (deny, span) in items.denies {
             if let Some(d) =
                 claim_rule_id(&mut rule_sites, &deny.id, &deny.location, path, text, span)
@@ -157,6 +205,9 @@ pub fn load_sources(
     }
     (Ok(set), diagnostics)
 }
+
+/// The ids of built-in rules, which a policy's rules may not take.
+const BUILT_IN_RULES: &[&str] = &[DEFAULT_DENY, NO_REMOTE_TEXT, SPAWNER, SPAWNED];
 
 /// Records `id` as used at `location`; a diagnostic when it was used before.
 fn claim_rule_id(
@@ -268,6 +319,26 @@ fn cross_checks(
                 text_of(&grant.location.file),
                 format!("deny `{}` refuses every request it could allow", deny.id),
             ));
+        }
+    }
+    for rule in &set.messages {
+        let text = text_of(&rule.location.file);
+        let silent = |p: &String| set.profiles.get(p).is_some_and(|p| !p.remote_messages);
+        let why = if rule.hosts.as_ref().is_some_and(|h| h.is_empty())
+            || rule.fleets.is_empty()
+            || rule.profiles.is_empty()
+        {
+            Some("it admits no fleet, host or profile".to_owned())
+        } else if rule.profiles.iter().all(silent) {
+            Some("its profiles never receive text from another host (an interactive shell, or `remote_messages = false`)".to_owned())
+        } else {
+            set.denies
+                .iter()
+                .find(|d| message::deny_covers(d, rule))
+                .map(|deny| format!("deny `{}` refuses every message it could admit", deny.id))
+        };
+        if let Some(why) = why {
+            diagnostics.push(never(rule.id.as_str(), &rule.location, text, why));
         }
     }
     for deny in &set.denies {

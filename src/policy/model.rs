@@ -92,6 +92,9 @@ pub struct Profile {
     /// Profiles its agents may request with their capability token (`may_spawn`; none when
     /// absent). Each such request is still decided by the policy, with this host as origin.
     pub may_spawn: Vec<String>,
+    /// Whether its agents may receive text from another host at all (`remote_messages`;
+    /// never for an interactive shell, which would run it).
+    pub remote_messages: bool,
     /// Where it was defined.
     pub location: Location,
 }
@@ -160,6 +163,26 @@ pub struct Deny {
     pub location: Location,
 }
 
+/// Who on other hosts may message the local agents of which profiles (beyond each agent's
+/// spawner and the agents it spawned, which need no rule).
+#[derive(Clone, Debug)]
+pub struct MessageGrant {
+    /// Its id.
+    pub id: RuleId,
+    /// Origin fleets admitted.
+    pub fleets: BTreeSet<String>,
+    /// Origin hosts admitted (`None`: any host of those fleets).
+    pub hosts: Option<BTreeSet<String>>,
+    /// Profiles whose agents they may message ([`MAILBOX`]: the primary's mailboxes).
+    pub profiles: BTreeSet<String>,
+    /// Where it was defined.
+    pub location: Location,
+}
+
+/// The profile name of a mailbox (the primary's inbox, opened with `agent open`): not a policy
+/// profile, but a `[[message]]` rule may name it.
+pub const MAILBOX: &str = "mailbox";
+
 /// A whole checked policy directory.
 #[derive(Clone, Debug, Default)]
 pub struct PolicySet {
@@ -169,4 +192,6 @@ pub struct PolicySet {
     pub grants: Vec<Grant>,
     /// Deny rules in file order.
     pub denies: Vec<Deny>,
+    /// Message rules in file order.
+    pub messages: Vec<MessageGrant>,
 }

@@ -133,6 +133,54 @@ pub(crate) fn matches_anything(pattern: &regex::Regex) -> bool {
         .all(|probe| pattern.is_match(probe))
 }
 
+/// Shells: text typed into one that reads its commands from the terminal runs as commands.
+const SHELLS: &[&str] = &[
+    "sh", "bash", "rbash", "dash", "ash", "zsh", "ksh", "mksh", "oksh", "loksh", "pdksh", "yash",
+    "fish", "csh", "tcsh", "nu", "elvish", "xonsh", "pwsh",
+];
+
+/// Options of those shells that take the next argument as their value.
+const SHELL_OPTION_ARGS: &[&str] = &["-o", "+o", "-O", "+O", "--rcfile", "--init-file"];
+
+/// Whether `argv` runs an interactive shell: argv[0] (or the program `env` or `busybox` runs)
+/// is a shell, with no command (`-c`, alone or in a cluster such as `-lc`) and no script. Text
+/// typed into its pane would run as commands; such a profile never receives remote text. A REPL
+/// of another language is not recognised: its profile says `remote_messages = false`.
+pub(crate) fn interactive_shell(argv: &[String]) -> bool {
+    fn base(arg: &str) -> &str {
+        arg.rsplit('/').next().unwrap_or(arg)
+    }
+    let mut args = argv.iter().map(String::as_str);
+    let Some(mut program) = args.next().map(base) else {
+        return false;
+    };
+    // `env [-i] [NAME=value…] PROGRAM …`, `busybox PROGRAM …`.
+    while program == "env" || program == "busybox" {
+        match args.find(|a| !a.starts_with('-') && !a.contains('=')) {
+            Some(next) => program = base(next),
+            None => return false,
+        }
+    }
+    if !SHELLS.contains(&program) {
+        return false;
+    }
+    let mut args = args.peekable();
+    while let Some(arg) = args.next() {
+        if SHELL_OPTION_ARGS.contains(&arg) {
+            args.next();
+        } else if arg == "--" || !arg.starts_with(['-', '+']) {
+            // A script (or `--` before one): the shell runs it, not what is typed.
+            return args.peek().is_none() && arg == "--";
+        } else if !arg.starts_with("--") && arg.contains('c') {
+            return false;
+        } else if arg.starts_with('-') && !arg.starts_with("--") && arg.contains('s') {
+            // `-s`: commands from standard input, whatever arguments follow.
+            return true;
+        }
+    }
+    true
+}
+
 /// The dangerous pattern `name` falls under, if any.
 pub fn dangerous(name: &str) -> Option<&'static str> {
     DANGEROUS

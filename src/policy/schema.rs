@@ -102,6 +102,12 @@ pub(super) const PROFILE: &[Field] = &[
         false,
         "profiles this profile's agents may request with their own token (each request still goes through the policy)",
     ),
+    f(
+        "remote_messages",
+        Kind::Bool,
+        false,
+        "may its agents receive text from another host at all (default true; an interactive shell never does: set false or leave it out)",
+    ),
 ];
 
 pub(super) const ENV_RULE: &[Field] = &[
@@ -237,6 +243,34 @@ pub(super) const DENY: &[Field] = &[
     ),
 ];
 
+pub(super) const MESSAGE: &[Field] = &[
+    f(
+        "id",
+        Kind::Str,
+        true,
+        "unique rule id: lowercase letters, digits, `-`",
+    ),
+    f("description", Kind::Str, false, "why the rule exists"),
+    f(
+        "fleets",
+        Kind::StrArray,
+        true,
+        "sender fleets this rule admits",
+    ),
+    f(
+        "hosts",
+        Kind::StrArray,
+        false,
+        "sender hosts within those fleets (absent: any)",
+    ),
+    f(
+        "profiles",
+        Kind::StrArray,
+        true,
+        "profiles whose local agents they may message (`mailbox`: the primary's mailboxes)",
+    ),
+];
+
 pub(super) const FILE: &[Field] = &[
     f(
         "profile",
@@ -254,7 +288,13 @@ pub(super) const FILE: &[Field] = &[
         "deny",
         Kind::ArrayOf(DENY),
         false,
-        "explicit refusals; a matching deny beats any grant",
+        "explicit refusals of spawn requests and messages; a matching deny beats any grant",
+    ),
+    f(
+        "message",
+        Kind::ArrayOf(MESSAGE),
+        false,
+        "who on other hosts may message the local agents of which profiles, beyond each agent's spawner",
     ),
 ];
 

@@ -8,6 +8,11 @@
 //! rule = "mac-workers"      # optional: must be among the deciding rules
 //! request = { origin = { fleet = "mac", host = "laptop" }, profile = "worker", env = { TASK_ID = "FLEET-42" } }
 //! usage = { running = 0, origin_running = 0, recent = 0 }   # optional
+//!
+//! [[case]]
+//! name = "a laptop agent may not message a worker it did not spawn"
+//! expect = "deny"
+//! request = { kind = "message", origin = { fleet = "mac", host = "laptop" }, profile = "worker", sender = "other" }
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -16,8 +21,8 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::eval::{Counts, Effect, evaluate};
+use super::message::{Ask, evaluate_message};
 use super::model::PolicySet;
-use super::request::Request;
 
 /// What a case expects.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
@@ -104,7 +109,7 @@ pub fn run(policy: &PolicySet, dir: &Path) -> std::io::Result<Report> {
 fn check(policy: &PolicySet, case: &RawCase) -> Result<(), String> {
     let json =
         serde_json::to_value(&case.request).map_err(|e| format!("request cannot be read: {e}"))?;
-    let request = match Request::from_value(&json) {
+    let request = match Ask::from_value(&json) {
         Ok(request) => request,
         Err(error) if case.expect == Expect::Invalid => {
             return match &case.rule {
@@ -116,7 +121,10 @@ fn check(policy: &PolicySet, case: &RawCase) -> Result<(), String> {
         }
         Err(error) => return Err(format!("the request is invalid: {error}")),
     };
-    let decision = evaluate(policy, &request, &case.usage);
+    let decision = match &request {
+        Ask::Spawn(request) => evaluate(policy, request, &case.usage),
+        Ask::Message(request) => evaluate_message(policy, request),
+    };
     let effect = match decision.effect {
         Effect::Allow => Expect::Allow,
         Effect::Deny => Expect::Deny,

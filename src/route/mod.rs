@@ -62,6 +62,11 @@ pub struct SpawnAsk {
     /// That host's fleet (found in the roster when absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fleet: Option<String>,
+    /// The local agent the new agent answers to: its spawner, which may message it (and hear
+    /// from it) without a `[[message]]` rule. An agent's token always spawns for that agent; the
+    /// operator may name one of this host's agents (the primary's mailbox), or none.
+    #[serde(default, rename = "for", skip_serializing_if = "Option::is_none")]
+    pub for_agent: Option<Uuid>,
 }
 
 /// Why the gateway could not do what the local API asked.

@@ -18,6 +18,11 @@ const OUTBOX: TableDefinition<'_, &[u8], &[u8]> = TableDefinition::new("outbox")
 const HELD: TableDefinition<'_, &[u8], &[u8]> = TableDefinition::new("held");
 const AGENTS: TableDefinition<'_, &[u8], &[u8]> = TableDefinition::new("agents");
 const DELIVERY: TableDefinition<'_, &[u8], &[u8]> = TableDefinition::new("delivery");
+const SPAWNED: TableDefinition<'_, &[u8], &[u8]> = TableDefinition::new("spawned");
+
+/// Most agents remembered as spawned on other hosts at this host's request (the oldest go
+/// first).
+pub const MAX_SPAWNED: u64 = 65_536;
 
 /// The database file inside the state directory.
 pub const FILE: &str = "state.redb";
@@ -185,6 +190,7 @@ impl StateStore {
             txn.open_table(HELD)?;
             txn.open_table(AGENTS)?;
             txn.open_table(DELIVERY)?;
+            txn.open_table(SPAWNED)?;
             Ok(())
         })?;
         Ok(store)
@@ -507,6 +513,25 @@ impl StateStore {
     /// Removes a local agent; `false` when there was none.
     pub fn agent_remove(&self, id: Uuid) -> Result<bool, StateError> {
         self.remove(AGENTS, "agent remove", id)
+    }
+
+    /// Remembers agent `id`, started on another host at this host's request (`record` says
+    /// where and for whom); past [`MAX_SPAWNED`] the entry with the lowest id (the oldest, for
+    /// time-ordered ids) goes.
+    pub fn spawned_put(&self, id: Uuid, record: &[u8]) -> Result<(), StateError> {
+        self.write("spawned store", |txn| {
+            let mut t = txn.open_table(SPAWNED)?;
+            if t.len()? >= MAX_SPAWNED && t.get(id.as_bytes().as_slice())?.is_none() {
+                t.pop_first()?;
+            }
+            t.insert(id.as_bytes().as_slice(), record)?;
+            Ok(())
+        })
+    }
+
+    /// What [`StateStore::spawned_put`] remembered of agent `id`.
+    pub fn spawned_get(&self, id: Uuid) -> Result<Option<Vec<u8>>, StateError> {
+        self.get(SPAWNED, "spawned get", id)
     }
 
     /// A message's delivery record.

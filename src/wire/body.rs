@@ -47,6 +47,10 @@ pub struct SpawnRequest {
     /// A display label.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label: Option<String>,
+    /// The agent of the requesting host that asks (the new agent's spawner, which may message
+    /// it); absent: that host's operator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<Uuid>,
 }
 
 /// How a spawn request ended.
@@ -124,6 +128,8 @@ pub enum DeliveryState {
     Acknowledged,
     /// Will not be delivered; see the reason.
     Failed,
+    /// The receiving host's policy refused it; see the reason.
+    Refused,
 }
 
 /// A report on a message's delivery state.

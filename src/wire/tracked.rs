@@ -3,7 +3,7 @@
 //!
 //! Stored as one rank byte followed by JSON: the store keeps a new record only when its rank is
 //! higher, so states only move forward (queued → in the broker → delivered → acknowledged, or
-//! failed), whatever order reports arrive in.
+//! failed or refused), whatever order reports arrive in.
 
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -32,14 +32,14 @@ pub struct Tracked {
 }
 
 impl Tracked {
-    /// The order states may move in (failed is final).
+    /// The order states may move in (failed and refused are final).
     pub fn rank(&self) -> u8 {
         match (self.state, self.in_broker) {
             (DeliveryState::Queued, false) => 1,
             (DeliveryState::Queued, true) => 2,
             (DeliveryState::Delivered, _) => 3,
             (DeliveryState::Acknowledged, _) => 4,
-            (DeliveryState::Failed, _) => 5,
+            (DeliveryState::Failed | DeliveryState::Refused, _) => 5,
         }
     }
 

@@ -551,6 +551,19 @@ impl Host {
         }
     }
 
+    /// Lets agents of `fleets` on other hosts message this host's mailboxes: a `[[message]]`
+    /// rule in its policy (without one, a mailbox hears only from agents it spawned).
+    pub fn accept_mail_from(&self, fleets: &[&str]) {
+        let list: Vec<String> = fleets.iter().map(|f| format!("\"{f}\"")).collect();
+        self.policy(&[(
+            "50-mailboxes.toml",
+            format!(
+                "[[message]]\nid = \"test-mailboxes\"\nfleets = [{}]\nprofiles = [\"mailbox\"]\n",
+                list.join(", ")
+            ),
+        )]);
+    }
+
     /// A directory under this host for a profile's root.
     pub fn work_dir(&self) -> std::path::PathBuf {
         let work = self.dir.join("work");

@@ -7,10 +7,11 @@ use uuid::Uuid;
 
 use super::{Courier, Held, encode, now_ms};
 use crate::broker::inbound::{Inbound, InboundRefusal, bounded};
+use crate::policy::{Decision, Effect};
 use crate::state::{Incoming, Taken};
 use crate::wire::{
-    self, DeliveryState, Kind, MAX_RECEIPT_MORE, Meta, Party, Payload, Refusal, SpawnOutcome,
-    SpawnReply, Tracked,
+    self, AgentMessage, DeliveryState, Kind, MAX_RECEIPT_MORE, Meta, Party, Payload, Refusal,
+    SpawnOutcome, SpawnReply, Tracked,
 };
 
 impl Courier {
@@ -182,6 +183,34 @@ impl Courier {
         }
     }
 
+    /// What refusing a verified agent message by policy changes: nothing is held; its sender
+    /// gets a `refused` receipt with the reasons (durably, with the replay entry: a redelivery or
+    /// a replay is not answered twice), and the audit record names the deciding rules.
+    fn policy_refusal(&self, mut plan: Plan, message: &AgentMessage, decision: &Decision) -> Plan {
+        let reason = format!(
+            "refused by host {}: {}",
+            self.host,
+            decision.reasons.join("; ")
+        );
+        plan.event = REFUSED;
+        plan.note("to", json!(message.to.to_string()));
+        plan.note("from", json!(message.from.map(|f| f.to_string())));
+        plan.note("rules", json!(decision.rules));
+        plan.note("answered", json!(true));
+        self.answer(&mut plan, DeliveryState::Refused, reason);
+        plan
+    }
+
+    /// Answers `plan`'s message with a receipt in `state` for `reason` (noted in its audit
+    /// record too).
+    fn answer(&self, plan: &mut Plan, state: DeliveryState, reason: String) {
+        plan.note("reason", json!(reason));
+        // INVARIANT: the intake runs only with a broker, so there is a key.
+        plan.outbox = self
+            .receipt(plan.meta.origin.clone(), plan.meta.id, state, Some(reason))
+            .ok();
+    }
+
     /// What taking in one verified envelope changes.
     fn plan(&self, meta: Meta, payload: Payload, exchange: &str) -> Plan {
         let mut plan = Plan {
@@ -201,8 +230,16 @@ impl Courier {
         let from_me = plan.meta.origin == self.me();
         match payload {
             Payload::AgentMessage(m) if self.is_local(m.to) => {
-                if let Some(sender) = m.from.filter(|_| !from_me) {
-                    self.remember_placement(sender, &plan.meta.origin);
+                if !from_me {
+                    // Text from another host reaches a local agent only as its policy says.
+                    let decision = self.admit_message(&plan.meta.origin, &m);
+                    if decision.effect == Effect::Deny {
+                        return self.policy_refusal(plan, &m, &decision);
+                    }
+                    plan.note("rules", json!(decision.rules));
+                    if let Some(sender) = m.from {
+                        self.remember_placement(sender, &plan.meta.origin);
+                    }
                 }
                 plan.hold = Some(held_record(&plan.meta, Some(m.to), &m));
                 // A pane agent's message is delivered when it is typed (the injector's receipt);
@@ -212,16 +249,7 @@ impl Courier {
             Payload::AgentMessage(m) => {
                 plan.event = "message.undeliverable";
                 let reason = format!("no such agent {} on host {}", m.to, self.host);
-                plan.note("reason", json!(reason));
-                // INVARIANT: the intake runs only with a broker, so there is a key.
-                plan.outbox = self
-                    .receipt(
-                        plan.meta.origin.clone(),
-                        plan.meta.id,
-                        DeliveryState::Failed,
-                        Some(reason),
-                    )
-                    .ok();
+                self.answer(&mut plan, DeliveryState::Failed, reason);
             }
             Payload::DeliveryReceipt(r) => {
                 plan.event = "receipt.accepted";

@@ -6,6 +6,7 @@
 //! Local agents here are mailboxes: their messages are held in the state store until pulled and
 //! acknowledged (the primary; panes take over injection with issue 5).
 
+mod admit;
 mod intake;
 mod pump;
 mod settle;
@@ -95,6 +96,8 @@ pub struct Courier {
     pub outbox_ready: Notify,
     /// Where agents were last placed (see [`Courier::placed_at`]).
     placements: std::sync::Mutex<HashMap<Uuid, (Party, std::time::Instant)>>,
+    /// The policy messages from other hosts are decided by (see [`Courier::use_policy`]).
+    policy: std::sync::OnceLock<crate::policy::Current>,
 }
 
 /// How long a remembered placement serves.
@@ -143,6 +146,7 @@ impl Courier {
             agents,
             outbox_ready: Notify::new(),
             placements: std::sync::Mutex::new(HashMap::new()),
+            policy: std::sync::OnceLock::new(),
         })
     }
 

@@ -28,11 +28,22 @@ fn gateway_of(fleet: &str, host: &str, key: &Arc<HostKey>) -> Gateway {
     let dir = tempfile::tempdir().unwrap();
     let state = Arc::new(StateStore::open(dir.path(), Limits::default()).unwrap());
     let courier = Courier::new(fleet, host, "/f", Arc::clone(key), Arc::clone(&state)).unwrap();
+    // Its mailboxes take messages from fleet `f`.
+    courier.use_policy(policy(
+        "[[message]]\nid = \"f-to-mailboxes\"\nfleets = [\"f\"]\nprofiles = [\"mailbox\"]\n",
+    ));
     Gateway {
         courier,
         state,
         _dir: dir,
     }
+}
+
+/// A policy of one file, `text`.
+fn policy(text: &str) -> crate::policy::Current {
+    let (set, diagnostics) =
+        crate::policy::load_sources(&[(std::path::PathBuf::from("t.toml"), text.to_owned())]);
+    crate::policy::Current::new(set.unwrap_or_else(|e| panic!("{e}: {diagnostics:?}")))
 }
 
 /// Deliveries as the broker hands them over (exchange, properties, body), with the envelope.
@@ -268,4 +279,171 @@ fn at(fleet: &str, host: &str) -> Party {
         fleet: fleet.to_owned(),
         host: host.to_owned(),
     }
+}
+
+/// Registers a pane agent `name` of `profile` on `gateway`, registered by `owner`.
+fn pane_agent(gateway: &Gateway, name: &str, profile: &str, owner: crate::agent::Owner) -> Uuid {
+    let agents = gateway.courier.agents();
+    let id = agents.reserve(Some(name), &owner).unwrap();
+    agents
+        .register(crate::agent::Registration {
+            id,
+            name: name.to_owned(),
+            profile: profile.to_owned(),
+            pane: format!("%{name}"),
+            owner,
+            token: None,
+        })
+        .unwrap()
+}
+
+#[test]
+fn messages_from_other_hosts_reach_an_agent_only_as_the_message_policy_says_and_refusals_are_answered()
+ {
+    let keys: Vec<Arc<HostKey>> = (0..4)
+        .map(|_| Arc::new(HostKey::generate().unwrap().0))
+        .collect();
+    let (a, b, c) = (
+        gateway("a", &keys[0]),
+        gateway("b", &keys[1]),
+        gateway("c", &keys[2]),
+    );
+    // The receiving host, with its own policy: host a may message workers; nobody else may
+    // message anyone without being a spawner; `shell` never receives remote text.
+    let dir = tempfile::tempdir().unwrap();
+    let state = Arc::new(StateStore::open(dir.path(), Limits::default()).unwrap());
+    let courier = Courier::new(FLEET, "r", "/f", Arc::clone(&keys[3]), Arc::clone(&state)).unwrap();
+    courier.use_policy(policy(
+        "[profile.worker]\nargv = [\"/usr/bin/worker\"]\nroots = [\"/tmp\"]\n\n\
+         [profile.shell]\nargv = [\"/bin/bash\", \"--noprofile\", \"--norc\"]\nroots = [\"/tmp\"]\n\n\
+         [[message]]\nid = \"a-to-workers\"\nfleets = [\"f\"]\nhosts = [\"a\"]\nprofiles = [\"worker\"]\n",
+    ));
+    let r = Gateway {
+        courier,
+        state,
+        _dir: dir,
+    };
+    let mut pins = PinnedKeys::default();
+    for (host, key) in ["a", "b", "c"].iter().zip(&keys) {
+        pins.pin(FLEET, host, *key.public());
+    }
+    let inbound = Inbound::new(&at(FLEET, "r"), pins.clone(), 120_000, Arc::clone(&r.state));
+    pins.pin(FLEET, "r", *keys[3].public());
+    let at_b = Inbound::new(&at(FLEET, "b"), pins, 120_000, Arc::clone(&b.state));
+
+    let (b_lead, b_other) = (Uuid::now_v7(), Uuid::now_v7());
+    let peer = |host: &str, agent| crate::agent::Owner::Peer {
+        fleet: FLEET.to_owned(),
+        host: host.to_owned(),
+        agent,
+    };
+    let w1 = pane_agent(&r, "w1", "worker", crate::agent::Owner::Operator);
+    let w2 = pane_agent(&r, "w2", "worker", peer("b", Some(b_lead)));
+    let sh = pane_agent(&r, "sh", "shell", peer("a", None));
+    let mailbox = r.courier.agents().open_mailbox("primary").unwrap();
+    // The primary asked host c for an agent, which c started as `c_worker`.
+    let c_worker = Uuid::now_v7();
+    r.courier
+        .remember_spawned(c_worker, &at(FLEET, "c"), mailbox);
+
+    let dest = at(FLEET, "r");
+    let send = |from: &Gateway, to, sender, text: &str| {
+        from.courier
+            .send(dest.clone(), to, sender, text.to_owned())
+            .unwrap()
+    };
+    let cases = [
+        (send(&a, w1, None, "granted"), Some("a-to-workers")),
+        (send(&b, w1, None, "no rule for b"), None),
+        (
+            send(&b, w2, Some(b_lead), "from its spawner"),
+            Some("spawner"),
+        ),
+        (send(&b, w2, Some(b_other), "another agent of b"), None),
+        (send(&a, sh, None, "; id > /tmp/x; #"), None),
+        (send(&c, mailbox, Some(Uuid::now_v7()), "a stranger"), None),
+        (send(&c, mailbox, Some(c_worker), "done"), Some("spawned")),
+    ];
+    let mut window = outbox(&a);
+    window.extend(outbox(&b));
+    window.extend(outbox(&c));
+    let (acks, audit) = take_in(&r, &inbound, &window);
+    assert_eq!(acks, vec![true; cases.len()], "every one acknowledged");
+
+    let held: Vec<Uuid> = r
+        .courier
+        .held(100, None)
+        .unwrap()
+        .iter()
+        .map(|h| h.id)
+        .collect();
+    for (id, allowed_by) in &cases {
+        let record = audit
+            .iter()
+            .find(|(_, d)| d["msg_id"] == id.to_string())
+            .unwrap_or_else(|| panic!("no audit record for {id}: {audit:?}"));
+        match allowed_by {
+            Some(rule) => {
+                assert_eq!(record.0, "message.accepted", "{record:?}");
+                assert_eq!(record.1["rules"], serde_json::json!([rule]), "{record:?}");
+                assert!(held.contains(id), "held for its agent");
+            }
+            None => {
+                assert_eq!(record.0, "message.refused", "{record:?}");
+                assert!(!held.contains(id), "nothing held: {record:?}");
+            }
+        }
+    }
+    let rules = |id: Uuid| {
+        audit
+            .iter()
+            .find(|(_, d)| d["msg_id"] == id.to_string())
+            .map(|(_, d)| d["rules"].clone())
+            .unwrap()
+    };
+    assert_eq!(rules(cases[1].0), serde_json::json!(["default-deny"]));
+    assert_eq!(
+        rules(cases[4].0),
+        serde_json::json!(["no-remote-text"]),
+        "a shell never, not even from its spawner"
+    );
+    let texts: String = audit.iter().map(|(_, d)| d.to_string()).collect();
+    assert!(
+        !texts.contains("id > /tmp/x"),
+        "no text in the audit: {texts}"
+    );
+
+    // b hears `refused` for its two refused messages, with the reason; its allowed one is not
+    // reported yet (a pane agent's message is delivered when typed).
+    let answers: Deliveries = outbox(&r)
+        .into_iter()
+        .filter(|(_, _, _, s)| s.meta.dest.host == "b")
+        .collect();
+    let (acks, _) = take_in(&b, &at_b, &answers);
+    assert!(acks.iter().all(|a| *a));
+    let state_at_b = |id| b.courier.delivery(id).unwrap().unwrap();
+    for refused in [cases[1].0, cases[3].0] {
+        let tracked = state_at_b(refused);
+        assert_eq!(tracked.state, DeliveryState::Refused);
+        let reason = tracked.reason.unwrap();
+        assert!(reason.starts_with("refused by host r: "), "{reason}");
+    }
+    assert!(
+        state_at_b(cases[3].0)
+            .reason
+            .unwrap()
+            .contains("no message rule admits `f/b`")
+    );
+    assert_eq!(state_at_b(cases[2].0).state, DeliveryState::Queued);
+
+    // A replay of the refused shell message is a duplicate: not answered twice.
+    let before = outbox(&r).len();
+    let replay: Deliveries = window
+        .iter()
+        .filter(|(_, _, _, s)| s.meta.id == cases[4].0)
+        .cloned()
+        .collect();
+    let (_, audit) = take_in(&r, &inbound, &replay);
+    assert_eq!(audit[0].0, "message.duplicate");
+    assert_eq!(outbox(&r).len(), before);
 }

@@ -11,6 +11,14 @@ impl Ctx<'_> {
         let what = format!("profile.{}", name.get_ref());
         let table = self.table(body, &what)?;
         let mut ok = self.required(table, schema::PROFILE, name.span(), &what);
+        if name.get_ref() == MAILBOX {
+            self.error(
+                "invalid-value",
+                name.span(),
+                format!("`{MAILBOX}` is reserved: it names the primary's mailboxes in `[[message]]` rules"),
+            );
+            ok = false;
+        }
         if !names::valid_id(name.get_ref()) {
             self.error(
                 "invalid-value",
@@ -154,6 +162,23 @@ impl Ctx<'_> {
             .into_iter()
             .map(|(s, _)| s)
             .collect();
+        let shell = names::interactive_shell(&argv);
+        let remote_messages = self.boolean(table, "remote_messages", &what);
+        if shell
+            && remote_messages == Some(true)
+            && let Some(value) = table.get("remote_messages")
+        {
+            let d = self
+                .diag(
+                    Severity::Error,
+                    "shell-remote-text",
+                    value.span(),
+                    format!("`{what}` runs an interactive shell: text from another host typed into it would run as commands, so it never receives any"),
+                )
+                .with_help("remove `remote_messages = true`; give the agent a program that reads tasks, not a shell");
+            self.push(d);
+            ok = false;
+        }
         ok.then(|| Profile {
             name: name.get_ref().to_string(),
             argv,
@@ -163,6 +188,7 @@ impl Ctx<'_> {
             max_instances: u32::try_from(max_instances).unwrap_or(1),
             ready,
             may_spawn,
+            remote_messages: !shell && remote_messages.unwrap_or(true),
             location: self.location(&name.span()),
         })
     }
@@ -411,6 +437,40 @@ impl Ctx<'_> {
             }
         }
         Some((deny, id_span))
+    }
+
+    /// A `[[message]]` rule: who on other hosts may message the agents of which profiles.
+    pub(super) fn message(
+        &mut self,
+        body: &Value<'_>,
+        profile_refs: &mut Vec<Named>,
+    ) -> Option<(MessageGrant, Range<usize>)> {
+        let table = self.table(body, "message")?;
+        let (id, id_span) = self.id(table, "message").or_else(|| {
+            self.required(table, schema::MESSAGE, body.span(), "[[message]]");
+            None
+        })?;
+        let what = format!("message.{id}");
+        let ok = self.required(table, schema::MESSAGE, id_span.clone(), &what);
+        let (fleets, hosts, profiles) = self.scope(table, &what);
+        if let Some((_, spans)) = &profiles {
+            profile_refs.extend(spans.iter().filter(|(n, _)| n != MAILBOX).cloned());
+        }
+        let (Some((fleets, _)), Some((profiles, _))) = (fleets, profiles) else {
+            return None;
+        };
+        ok.then(|| {
+            (
+                MessageGrant {
+                    id,
+                    fleets,
+                    hosts: hosts.map(|(set, _)| set),
+                    profiles,
+                    location: self.location(&id_span),
+                },
+                id_span,
+            )
+        })
     }
 
     /// The `fleets`, `hosts` and `profiles` lists a grant or deny rule is scoped by.

@@ -16,7 +16,10 @@ use toml::Spanned;
 use toml::de::{DeArray, DeTable, DeValue};
 
 use super::diag::{Diagnostic, Severity};
-use super::model::{Deny, EnvRule, Grant, Location, Profile, Rate, Readiness, RuleId, SecretRef};
+use super::model::{
+    Deny, EnvRule, Grant, Location, MAILBOX, MessageGrant, Profile, Rate, Readiness, RuleId,
+    SecretRef,
+};
 use super::names;
 use super::schema::{self, Field, Kind};
 use crate::scrub;
@@ -37,6 +40,7 @@ pub(super) struct FileItems {
     pub(super) profiles: Vec<(Profile, Range<usize>)>,
     pub(super) grants: Vec<(Grant, GrantSpans)>,
     pub(super) denies: Vec<(Deny, Range<usize>)>,
+    pub(super) messages: Vec<(MessageGrant, Range<usize>)>,
 }
 
 /// Spans inside a grant, for cross-file diagnostics.
@@ -82,6 +86,13 @@ pub(super) fn parse_file(path: &Path, text: &str, diags: &mut Vec<Diagnostic>) -
         for body in ctx.tables(value, "deny") {
             if let Some(deny) = ctx.deny(body) {
                 items.denies.push(deny);
+            }
+        }
+    }
+    if let Some(value) = table.get_ref().get("message") {
+        for body in ctx.tables(value, "message") {
+            if let Some(rule) = ctx.message(body, &mut items.profile_refs) {
+                items.messages.push(rule);
             }
         }
     }
@@ -421,6 +432,14 @@ impl Ctx<'_> {
         let (id, span) = self.string(table, "id", what)?;
         if !names::valid_id(&id) {
             self.error("invalid-value", span.clone(), format!("`{id}` is not a valid rule id (lowercase letters, digits, `-`, `_`; at most 64)"));
+            return None;
+        }
+        if super::BUILT_IN_RULES.contains(&id.as_str()) {
+            self.error(
+                "invalid-value",
+                span,
+                format!("`{id}` is the id of a built-in rule; decisions would be ambiguous"),
+            );
             return None;
         }
         Some((RuleId(id), span))
