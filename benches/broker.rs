@@ -346,7 +346,7 @@ async fn main() {
     )
     .unwrap();
     let worker = receiver.agents().open_mailbox("worker").unwrap();
-    let inbox = topology::inbox_queue(&worker.to_string());
+    let inbox = topology::inbox_queue("bench", &worker.to_string());
     let consumer = inboxes.consumer(&inbox, &worker.to_string()).await;
     let me = Party {
         fleet: "guest".to_owned(),

@@ -8,9 +8,19 @@ mod common;
 
 use std::process::Command;
 
-use common::{BIN, Fleets, grants, nonce};
+use common::{BIN, Fleets, grants, host_grants, nonce};
 
 fn contract(user: &str, password: &str, own_vhost: &str, vhost: &str, expect: &str) -> String {
+    contract_with(user, password, own_vhost, vhost, &["--expect", expect])
+}
+
+fn contract_with(
+    user: &str,
+    password: &str,
+    own_vhost: &str,
+    vhost: &str,
+    extra: &[&str],
+) -> String {
     let uri = format!("amqp://{user}:{password}@127.0.0.1:5672/%2F{own_vhost}");
     let output = Command::new(BIN)
         .args([
@@ -20,9 +30,8 @@ fn contract(user: &str, password: &str, own_vhost: &str, vhost: &str, expect: &s
             "FLEETD_TEST_BROKER_URI",
             "--vhost",
             vhost,
-            "--expect",
-            expect,
         ])
+        .args(extra)
         .env("FLEETD_TEST_BROKER_URI", uri)
         .output()
         .unwrap();
@@ -37,7 +46,7 @@ fn contract(user: &str, password: &str, own_vhost: &str, vhost: &str, expect: &s
     );
     assert!(
         output.status.success(),
-        "contract of {user} on {vhost} did not show `{expect}`:\n{out}"
+        "contract of {user} on {vhost} ({extra:?}) did not hold:\n{out}"
     );
     out
 }
@@ -75,5 +84,68 @@ fn own_vhost_passes_all_eight_and_other_vhosts_fail_all_eight() {
     );
     // c is not admitted into /b: the connection itself is refused.
     let stranger = contract(&c, &pc, &c, &format!("/{b}"), "isolated");
+    assert!(stranger.contains("0/8 checks passed"), "{stranger}");
+}
+
+/// Host-scoped credentials: each host's user `FLEET.HOST` does a gateway's whole job in the
+/// fleet's vhost, and the broker refuses it a sibling host's control queue — and its own
+/// credential's fleet user is not needed at all.
+#[test]
+fn each_host_user_passes_the_contract_and_cannot_consume_a_siblings_queue() {
+    let nonce = nonce();
+    let (f, g) = (format!("ch-f{nonce}"), format!("ch-g{nonce}"));
+    let _cleanup = Fleets::new(&[&f, &g]);
+    let (pf, pg, p1, p2) = (
+        format!("PwF{nonce}x"),
+        format!("PwG{nonce}x"),
+        format!("PwH1{nonce}x"),
+        format!("PwH2{nonce}x"),
+    );
+    grants(&f, &[], &pf);
+    grants(&g, &[&f], &pg);
+    host_grants(&f, "h1", &[&g], &p1);
+    host_grants(&f, "h2.lab", &[], &p2);
+    let (h1, h2) = (format!("{f}.h1"), format!("{f}.h2.lab"));
+    for (user, password, sibling) in [(&h1, &p1, "h2.lab"), (&h2, &p2, "h1")] {
+        let out = contract_with(
+            user,
+            password,
+            &f,
+            &format!("/{f}"),
+            &["--sibling", sibling],
+        );
+        assert!(out.contains("9/9 checks passed"), "{out}");
+        assert!(
+            out.contains("PASS a sibling host's control queue refused"),
+            "{out}"
+        );
+    }
+    // The check is not vacuous: the fleet user (which reaches every host's queues) fails it.
+    let shared = Command::new(BIN)
+        .args([
+            "broker",
+            "contract",
+            "--uri-env",
+            "FLEETD_TEST_BROKER_URI",
+            "--sibling",
+            "h1",
+        ])
+        .env(
+            "FLEETD_TEST_BROKER_URI",
+            format!("amqp://{f}:{pf}@127.0.0.1:5672/%2F{f}"),
+        )
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&shared.stdout);
+    assert!(!shared.status.success(), "{text}");
+    assert!(
+        text.contains("FAIL a sibling host's control queue refused"),
+        "{text}"
+    );
+    // A host user is no fleet user anywhere else: in the fleet that admits its own, it may
+    // only write the ingress exchange; a fleet that does not name it refuses it outright.
+    let admitted = contract(&h1, &p1, &f, &format!("/{g}"), "isolated");
+    assert!(admitted.contains("0/8 checks passed"), "{admitted}");
+    let stranger = contract(&h2, &p2, &f, &format!("/{g}"), "isolated");
     assert!(stranger.contains("0/8 checks passed"), "{stranger}");
 }

@@ -58,7 +58,7 @@ impl Backlog {
         let key = Arc::new(HostKey::generate().unwrap().0);
         let courier = Arc::new(Courier::new(&fleet, "hosta", &vhost, key, state).unwrap());
         let worker = Uuid::now_v7();
-        let inbox = topology::inbox_queue(&worker.to_string());
+        let inbox = topology::inbox_queue("hostb", &worker.to_string());
         topology::declare_bound_queue(
             &setup,
             &inbox,

@@ -28,16 +28,23 @@ fn messages_cross_fleets_with_receipts_and_are_held_until_acknowledged() {
     grants(&a, &[&b], &pa);
     grants(&b, &[&a], &pb);
     grants(&a, &[&b], &pa);
+    // Each host runs with its own broker user (`FLEET.HOST`), which reaches only its own queues
+    // and writes into the other fleet's ingress exchange.
+    let (p_laptop, p_w1) = (format!("PwL{nonce}x"), format!("PwW{nonce}x"));
+    common::host_grants(&a, "laptop", &[&b], &p_laptop);
+    common::host_grants(&b, "w1", &[&a], &p_w1);
     let root = tempfile::tempdir().unwrap();
-    let (laptop, worker_host) = (
+    let (mut laptop, mut worker_host) = (
         Host::new(root.path(), "laptop"),
         Host::new(root.path(), "w1"),
     );
+    laptop.broker_user = Some(format!("{a}.laptop"));
+    worker_host.broker_user = Some(format!("{b}.w1"));
     laptop.accept_mail_from(&[&b]);
     worker_host.accept_mail_from(&[&a]);
-    let (child, laptop_log) = laptop.start(&a, &pa, &[&b], &[(&worker_host, &b)]);
+    let (child, laptop_log) = laptop.start(&a, &p_laptop, &[&b], &[(&worker_host, &b)]);
     cleanup.children.push(child);
-    let (child, worker_log) = worker_host.start(&b, &pb, &[&a], &[(&laptop, &a)]);
+    let (child, worker_log) = worker_host.start(&b, &p_w1, &[&a], &[(&laptop, &a)]);
     cleanup.children.push(child);
     let mut seen = String::new();
     wait_for(
@@ -128,6 +135,8 @@ fn messages_cross_fleets_with_receipts_and_are_held_until_acknowledged() {
     for secret in [
         pa.as_str(),
         pb.as_str(),
+        p_laptop.as_str(),
+        p_w1.as_str(),
         "count the lines",
         "42 lines",
         "anyone?",

@@ -53,11 +53,19 @@ impl Topology {
         // A crashed earlier run may have left the fleets behind: start clean.
         drop(Fleets::new(&[MAC, FLEET01]));
         let fleets = Fleets::new(&[MAC, FLEET01]);
+        // The fleets' grants (vhost, exchanges, admission), then each host's own user
+        // (`mac.laptop`, `fleet01.fleet01`), the only credential a host holds.
+        let (mac_fleet, f01_fleet) = (
+            format!("canary-macf-{nonce}-pw"),
+            format!("canary-f01f-{nonce}-pw"),
+        );
+        common::grants(MAC, &[FLEET01], &mac_fleet);
+        common::grants(FLEET01, &[MAC], &f01_fleet);
+        common::grants(MAC, &[FLEET01], &mac_fleet);
         let mac_password = format!("canary-mac-{nonce}-pw");
         let fleet01_password = format!("canary-f01-{nonce}-pw");
-        common::grants(MAC, &[FLEET01], &mac_password);
-        common::grants(FLEET01, &[MAC], &fleet01_password);
-        common::grants(MAC, &[FLEET01], &mac_password);
+        common::host_grants(MAC, "laptop", &[FLEET01], &mac_password);
+        common::host_grants(FLEET01, "fleet01", &[MAC], &fleet01_password);
         let root = tempfile::tempdir().unwrap();
         let laptop = Host::new(root.path(), "laptop");
         let worker = Host::new(root.path(), "fleet01");
@@ -83,12 +91,12 @@ impl Topology {
     fn uri(&self, laptop: bool) -> String {
         if laptop {
             format!(
-                "amqp://{MAC}:{}@{}:5672/%2F{MAC}",
+                "amqp://{MAC}.laptop:{}@{}:5672/%2F{MAC}",
                 self.mac_password, self.net_laptop.gateway
             )
         } else {
             format!(
-                "amqp://{FLEET01}:{}@{}:5672/%2F{FLEET01}",
+                "amqp://{FLEET01}.fleet01:{}@{}:5672/%2F{FLEET01}",
                 self.fleet01_password, self.net_worker.gateway
             )
         }
@@ -136,6 +144,10 @@ impl Topology {
 }
 
 fn contract(net: &NetHost, uri: &str, vhost: &str, expect: &str, password: &str) -> String {
+    contract_with(net, uri, vhost, &["--expect", expect], password)
+}
+
+fn contract_with(net: &NetHost, uri: &str, vhost: &str, extra: &[&str], password: &str) -> String {
     let mut command = Command::new(BIN);
     command
         .args([
@@ -146,7 +158,7 @@ fn contract(net: &NetHost, uri: &str, vhost: &str, expect: &str, password: &str)
             "--vhost",
             vhost,
         ])
-        .args(["--expect", expect])
+        .args(extra)
         .env("FLEETD_T_URI", uri);
     let output = net.wrap(&command).output().unwrap();
     let text = format!(
@@ -160,7 +172,7 @@ fn contract(net: &NetHost, uri: &str, vhost: &str, expect: &str, password: &str)
     );
     assert!(
         output.status.success(),
-        "contract on {vhost} expecting {expect}:\n{text}"
+        "contract on {vhost} ({extra:?}):\n{text}"
     );
     text
 }
@@ -372,10 +384,7 @@ fn start_pair(topology: &mut Topology) -> (common::TmuxServer, usize, [Receiver<
     let tmux = common::TmuxServer::start_in(common::nonce(), |c| topology.net_worker.wrap(&c));
     let (_, laptop_log) = topology.start(true, "", "");
     let (worker, worker_log) = topology.start(false, &tmux.config_line(), "");
-    // 60 s: the scenarios re-create the same vhosts, and RabbitMQ may leave the first connection
-    // to a vhost deleted and added again moments ago unanswered (the link gives up on it after
-    // 15 s and connects again).
-    wait_joined(&laptop_log, &worker_log, Duration::from_secs(60));
+    wait_joined(&laptop_log, &worker_log, Duration::from_secs(30));
     (tmux, worker, [laptop_log, worker_log])
 }
 
@@ -692,6 +701,27 @@ fn refusals_reach_the_laptop_launch_nothing_and_are_audited_on_fleet01() {
     let (tmux, _, _logs) = start_pair(&mut topology);
     let panes = tmux.panes().len();
 
+    // Another host of fleet01, with its own credential, does a gateway's job but cannot take
+    // fleet01's control queue (where the laptop's spawn requests wait): the broker refuses it.
+    let intruder_password = format!("canary-intruder-{}-pw", common::nonce());
+    common::host_grants(FLEET01, "intruder", &[], &intruder_password);
+    let intruder = format!(
+        "amqp://{FLEET01}.intruder:{intruder_password}@{}:5672/%2F{FLEET01}",
+        topology.net_worker.gateway
+    );
+    let sibling = contract_with(
+        &topology.net_worker,
+        &intruder,
+        "/fleet01",
+        &["--sibling", "fleet01"],
+        &intruder_password,
+    );
+    assert!(sibling.contains("9/9 checks passed"), "{sibling}");
+    assert!(
+        sibling.contains("PASS a sibling host's control queue refused"),
+        "{sibling}"
+    );
+
     // Refused by fleet01's policy: the reason comes back to the laptop.
     let cases: [(&[&str], &str); 4] = [
         (&["--profile", "maintenance"], "no grant admits origin"),
@@ -720,14 +750,14 @@ fn refusals_reach_the_laptop_launch_nothing_and_are_audited_on_fleet01() {
     );
 
     // Envelopes that fail the transport or signature checks: the test is the attacker, with
-    // the mac fleet's real broker credential and, where it matters, the laptop's real key.
+    // the laptop's real broker credential (its host user) and, where it matters, its real key.
     let key_text =
         std::fs::read_to_string(topology.laptop.dir.join("credentials/host-key")).unwrap();
     let laptop_key =
         fleetd::wire::HostKey::from_secret(&secrecy::SecretString::from(key_text)).unwrap();
     let stranger = fleetd::wire::HostKey::generate().unwrap().0;
     let mac_uri = fleetd::secret::BrokerUri::parse(&secrecy::SecretString::from(format!(
-        "amqp://{MAC}:{}@127.0.0.1:5672/%2F{MAC}",
+        "amqp://{MAC}.laptop:{}@127.0.0.1:5672/%2F{MAC}",
         topology.mac_password
     )))
     .unwrap();
@@ -741,7 +771,7 @@ fn refusals_reach_the_laptop_launch_nothing_and_are_audited_on_fleet01() {
                 .unwrap(),
         );
         let conn = connect(&mac_uri, Some("/fleet01")).await.unwrap();
-        let publisher = Publisher::open(&conn, "/fleet01", MAC, state)
+        let publisher = Publisher::open(&conn, "/fleet01", &format!("{MAC}.laptop"), state)
             .await
             .unwrap();
         let ingress = names::ingress_exchange(MAC);
@@ -755,7 +785,8 @@ fn refusals_reach_the_laptop_launch_nothing_and_are_audited_on_fleet01() {
                     .unwrap()
             }
         };
-        // Signed by a key fleet01 has not pinned (a host it does not know).
+        // Another host than the credential's (one fleet01 does not know, signed by a key it
+        // has not pinned): refused on the host user's `user_id` before any key is looked at.
         let (meta, payload) = spawn_request((MAC, "intruder"), now_ms());
         send(fleetd::wire::seal(meta, &payload, &stranger)).await;
         // Claims to be the laptop but signed by another key.
@@ -830,7 +861,7 @@ fn refusals_reach_the_laptop_launch_nothing_and_are_audited_on_fleet01() {
         std::thread::sleep(Duration::from_millis(200));
     };
     for reason in [
-        "no key is pinned for host `intruder`",
+        "user_id `mac.laptop` belongs to host `laptop`; the envelope claims host `intruder`",
         "is not the key pinned for the origin host",
         "the envelope has expired",
         "addressed to `fleet01/somewhere-else`, not to this host",

@@ -12,7 +12,10 @@ use secrecy::{ExposeSecret, SecretString};
 use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 
-use super::grants::{Permissions, admitted_permissions, own_permissions, vhost};
+use super::grants::{
+    FLEET_EXCHANGES, Permissions, admitted_permissions, host_permissions, host_user,
+    own_permissions, vhost,
+};
 use super::topology::ingress_exchange;
 use super::{ConnectError, connect};
 use crate::secret::BrokerUri;
@@ -114,8 +117,27 @@ pub async fn apply(
     report.push(format!(
         "user {fleet}: no tags, own-object permissions on {vhost}"
     ));
+    let mut exchanges: Vec<(String, ExchangeKind)> = FLEET_EXCHANGES
+        .iter()
+        .map(|(name, kind)| {
+            let kind = if *kind == "topic" {
+                ExchangeKind::Topic
+            } else {
+                ExchangeKind::Direct
+            };
+            ((*name).to_owned(), kind)
+        })
+        .collect();
+    exchanges.extend(
+        admits
+            .iter()
+            .map(|o| (ingress_exchange(o), ExchangeKind::Topic)),
+    );
+    declare_as_admin(&vhost, &exchanges, admin, ctl).await?;
+    report.push(format!(
+        "declared the fleet's exchanges in {vhost} (fleet.inbox, fleet.ctl, roster)"
+    ));
     if !admits.is_empty() {
-        declare_ingress(&vhost, admits, admin, ctl).await?;
         for origin in admits {
             report.push(format!("declared {} in {vhost}", ingress_exchange(origin)));
             if users.iter().any(|u| u == origin) {
@@ -133,20 +155,68 @@ pub async fn apply(
     Ok(report)
 }
 
-/// Declares `x.in.O` for each origin as the admin, who gets configure on exactly those
-/// exchanges for the duration and loses it afterwards.
-async fn declare_ingress(
+/// Applies the grants for host `host` of `fleet`: its user `FLEET.HOST` (no tags, `password`),
+/// its own-queue permissions on `/FLEET`, and write on `x.in.FLEET` in each fleet of `into`.
+/// The fleet's grants must have run first (its vhost and exchanges).
+pub async fn apply_host(
+    (fleet, host): (&str, &str),
+    into: &[String],
+    password: &SecretString,
+    ctl: &Rabbitmqctl,
+) -> Result<Vec<String>, ApplyError> {
+    let vhosts = ctl.listed(&["list_vhosts", "name"]).await?;
+    for needed in std::iter::once(fleet).chain(into.iter().map(String::as_str)) {
+        if !vhosts.contains(&vhost(needed)) {
+            return Err(ApplyError::Failed {
+                command: "list_vhosts".to_owned(),
+                detail: format!(
+                    "there is no vhost {}: run `fleetd broker grants --fleet {needed}` first",
+                    vhost(needed)
+                ),
+            });
+        }
+    }
+    let user = host_user(fleet, host);
+    let mut report = Vec::new();
+    if ctl.listed(&["list_users"]).await?.contains(&user) {
+        ctl.run(&["change_password", &user], Some(password)).await?;
+        report.push(format!("set the password of user {user}"));
+    } else {
+        ctl.run(&["add_user", &user], Some(password)).await?;
+        report.push(format!("created user {user}"));
+    }
+    ctl.run(&["set_user_tags", &user], None).await?;
+    ctl.set_permissions(&vhost(fleet), &user, &host_permissions(host))
+        .await?;
+    report.push(format!(
+        "user {user}: no tags, its own queues on {}",
+        vhost(fleet)
+    ));
+    for target in into {
+        ctl.set_permissions(&vhost(target), &user, &admitted_permissions(fleet))
+            .await?;
+        report.push(format!(
+            "user {user}: write on {} in {} only",
+            ingress_exchange(fleet),
+            vhost(target)
+        ));
+    }
+    Ok(report)
+}
+
+/// Declares `exchanges` (the fleet's own, and `x.in.O` for each origin) as the admin, who gets
+/// configure on exactly those exchanges for the duration and loses it afterwards.
+async fn declare_as_admin(
     vhost: &str,
-    admits: &[String],
+    exchanges: &[(String, ExchangeKind)],
     admin: &BrokerUri,
     ctl: &Rabbitmqctl,
 ) -> Result<(), ApplyError> {
-    let names: Vec<String> = admits.iter().map(|o| ingress_exchange(o)).collect();
     let pattern = format!(
         "^({})$",
-        names
+        exchanges
             .iter()
-            .map(|n| n.replace('.', r"\."))
+            .map(|(n, _)| n.replace('.', r"\."))
             .collect::<Vec<_>>()
             .join("|")
     );
@@ -164,7 +234,7 @@ async fn declare_ingress(
             .create_channel()
             .await
             .map_err(|e| declare_error("channel", &e))?;
-        for name in &names {
+        for (name, kind) in exchanges {
             let options = ExchangeDeclareOptions {
                 durable: true,
                 ..ExchangeDeclareOptions::default()
@@ -172,7 +242,7 @@ async fn declare_ingress(
             channel
                 .exchange_declare(
                     name.as_str().into(),
-                    ExchangeKind::Topic,
+                    kind.clone(),
                     options,
                     FieldTable::default(),
                 )

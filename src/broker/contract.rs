@@ -17,6 +17,7 @@ use lapin::options::{
 use lapin::types::{FieldTable, ShortString};
 use lapin::{BasicProperties, Channel, Confirmation, Connection, Consumer};
 
+use super::grants::split_host_user;
 use super::topology::{self, INBOX_EXCHANGE, QueueType};
 use super::{confirm_channel, connect};
 use crate::secret::BrokerUri;
@@ -35,6 +36,9 @@ pub const CHECKS: [&str; 8] = [
 
 const STEP: Duration = Duration::from_secs(10);
 
+/// The check run after the eight when a sibling host is named (`--sibling`).
+pub const SIBLING_CHECK: &str = "a sibling host's control queue refused";
+
 /// One check's outcome.
 #[derive(Debug)]
 pub struct CheckResult {
@@ -45,16 +49,24 @@ pub struct CheckResult {
 }
 
 /// Runs every check with `uri`'s credential against `vhost`, declaring its queues as
-/// `queue_type` ones (the type the fleet's config uses).
-pub async fn run(uri: &BrokerUri, vhost: &str, queue_type: QueueType) -> Vec<CheckResult> {
+/// `queue_type` ones (the type the fleet's config uses). A host user (`FLEET.HOST`) declares
+/// its test inboxes as that host's (`agent.HOST.…`); with `sibling`, a ninth check requires the
+/// broker to refuse it another host's control queue `gw.SIBLING.ctl`.
+pub async fn run(
+    uri: &BrokerUri,
+    vhost: &str,
+    queue_type: QueueType,
+    sibling: Option<&str>,
+) -> Vec<CheckResult> {
     let nonce = nonce();
+    let host = split_host_user(&uri.user).map_or("contract", |(_, host)| host);
     let mut suite = Suite {
         uri,
         vhost: vhost.to_owned(),
         fleet: vhost.trim_start_matches('/').to_owned(),
-        inbox: topology::inbox_queue(&format!("contract-{nonce}")),
+        inbox: topology::inbox_queue(host, &format!("contract-{nonce}")),
         key: format!("contract-{nonce}"),
-        full: topology::inbox_queue(&format!("contract-full-{nonce}")),
+        full: topology::inbox_queue(host, &format!("contract-full-{nonce}")),
         nonce,
         queue_type,
         connection: None,
@@ -66,6 +78,16 @@ pub async fn run(uri: &BrokerUri, vhost: &str, queue_type: QueueType) -> Vec<Che
             Err(_) => Err(format!("no answer within {} s", (STEP * 3).as_secs())),
         };
         results.push(CheckResult { name, outcome });
+    }
+    if let Some(sibling) = sibling {
+        let outcome = match tokio::time::timeout(STEP, suite.sibling_refused(sibling)).await {
+            Ok(outcome) => outcome,
+            Err(_) => Err(format!("no answer within {} s", STEP.as_secs())),
+        };
+        results.push(CheckResult {
+            name: SIBLING_CHECK,
+            outcome,
+        });
     }
     suite.cleanup().await;
     results
@@ -102,7 +124,9 @@ impl Suite<'_> {
             .await
             .map_err(|e| e.to_string())?;
         self.connection = Some(connection);
-        if self.uri.user != self.fleet {
+        let fleet_of_user =
+            split_host_user(&self.uri.user).map_or(self.uri.user.as_str(), |(f, _)| f);
+        if fleet_of_user != self.fleet {
             return Err(format!(
                 "the connection opened, but `{}` is not the fleet user of `{}`: it may only publish into its ingress exchange",
                 self.uri.user, self.vhost
@@ -125,8 +149,13 @@ impl Suite<'_> {
     }
 
     async fn declare(&self) -> Result<(), String> {
+        let connection = self
+            .connection
+            .as_ref()
+            .ok_or("no connection to the vhost")?;
+        let exchanges = topology::ensure_exchanges(connection).await?;
+        let _ = exchanges.close(200, "exchanges there".into()).await;
         let channel = self.channel().await?;
-        topology::declare_exchanges(&channel).await?;
         declare_inbox(
             &channel,
             (&self.inbox, &self.key),
@@ -303,6 +332,38 @@ impl Suite<'_> {
                 Err("the broker accepted a message with a forged user_id".to_owned())
             }
             Ok(_) | Err(_) => Ok(()),
+        }
+    }
+
+    /// The broker refuses this credential another host's control queue: consuming it (which
+    /// would take that host's spawn requests and messages) is `ACCESS_REFUSED`.
+    async fn sibling_refused(&self, sibling: &str) -> Result<(), String> {
+        let connection = self
+            .connection
+            .as_ref()
+            .ok_or("no connection to the vhost")?;
+        let channel = connection
+            .create_channel()
+            .await
+            .map_err(|e| format!("open a channel: {e}"))?;
+        let queue = format!("gw.{sibling}.ctl");
+        match channel
+            .basic_consume(
+                queue.as_str().into(),
+                "contract-sibling".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+        {
+            Err(e) if e.to_string().contains("ACCESS_REFUSED") => Ok(()),
+            Err(e) => Err(format!(
+                "consuming `{queue}` failed, but not for want of permission: {e}"
+            )),
+            Ok(_) => Err(format!(
+                "`{}` consumed `{queue}`, host `{sibling}`'s control queue",
+                self.uri.user
+            )),
         }
     }
 

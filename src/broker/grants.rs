@@ -15,6 +15,13 @@ use super::topology::ingress_exchange;
 pub const OWN_OBJECTS: &str = r"^(fleet\.(inbox|ctl)|roster|agent\..+\.inbox|gw\..+)$";
 /// What a fleet's own user may read: its objects and every ingress exchange (to bind it).
 pub const OWN_READ: &str = r"^(fleet\.(inbox|ctl)|roster|agent\..+\.inbox|gw\..+|x\.in\..+)$";
+/// The fleet's own exchanges and their types, declared by the admin.
+pub const FLEET_EXCHANGES: [(&str, &str); 3] = [
+    (super::topology::INBOX_EXCHANGE, "direct"),
+    (super::topology::CTL_EXCHANGE, "direct"),
+    (super::topology::ROSTER_EXCHANGE, "topic"),
+];
+
 /// Deny-all pattern.
 pub const NOTHING: &str = "^$";
 
@@ -44,6 +51,36 @@ pub fn admitted_permissions(origin: &str) -> Permissions {
         configure: NOTHING.to_owned(),
         write: format!("^{}$", regex_escape(&ingress_exchange(origin))),
         read: NOTHING.to_owned(),
+    }
+}
+
+/// The broker user of host `host` of fleet `fleet`: `FLEET.HOST` (a fleet name has no dot, so
+/// the first dot splits it).
+pub fn host_user(fleet: &str, host: &str) -> String {
+    format!("{fleet}.{host}")
+}
+
+/// The fleet and host a host user `FLEET.HOST` names; `None` for a fleet user (no dot).
+pub fn split_host_user(user: &str) -> Option<(&str, &str)> {
+    user.split_once('.').filter(|(_, host)| !host.is_empty())
+}
+
+/// Host `host`'s own queues: its control and roster queues and its agents' inboxes.
+fn host_queues(host: &str) -> String {
+    let h = regex_escape(host);
+    format!(r"gw\.{h}\.(ctl|roster)|agent\.{h}\.[^.]+\.inbox")
+}
+
+/// A host user's permissions on its fleet's vhost: configure its own queues only (the fleet's
+/// exchanges are the admin's); write the fleet's exchanges (to send and to bind) and its own
+/// queues; read those, its own queues and the ingress exchanges (to bind). Never another host's
+/// queues: it can neither declare, bind, purge, delete nor consume them.
+pub fn host_permissions(host: &str) -> Permissions {
+    let own = host_queues(host);
+    Permissions {
+        configure: format!("^({own})$"),
+        write: format!(r"^(fleet\.(inbox|ctl)|roster|{own})$"),
+        read: format!(r"^(fleet\.(inbox|ctl)|roster|x\.in\..+|{own})$"),
     }
 }
 
@@ -111,6 +148,22 @@ pub fn script(fleet: &str, admits: &[String], tool: Tool) -> String {
         }
     }
     line(set_permissions(ctl, &vhost, fleet, &own_permissions()));
+    line(
+        "# the fleet's exchanges, declared by the admin (host users may not configure them)"
+            .to_owned(),
+    );
+    for (name, kind) in FLEET_EXCHANGES {
+        line(match tool {
+            Tool::Rabbitmqctl => format!(
+                "rabbitmqadmin --vhost={} declare exchange name={name} type={kind} durable=true   # or: fleetd broker grants --apply",
+                quote(&vhost)
+            ),
+            Tool::Lavinmqctl => format!(
+                "lavinmqctl create_exchange -p {} --durable {kind} {name}",
+                quote(&vhost)
+            ),
+        });
+    }
     for origin in admits {
         let exchange = ingress_exchange(origin);
         line(format!(
@@ -182,9 +235,112 @@ fn regex_escape(text: &str) -> String {
     out
 }
 
+/// The commands that create host `host`'s user `FLEET.HOST` in `fleet` (whose grants, run
+/// first, made the vhost and its exchanges), writing into the ingress exchanges of the fleets in
+/// `into` (which admit `fleet`), as a shell script to review and run.
+pub fn host_script(fleet: &str, host: &str, into: &[String], tool: Tool) -> String {
+    let own_vhost = vhost(fleet);
+    let user = host_user(fleet, host);
+    let ctl = match tool {
+        Tool::Rabbitmqctl => "rabbitmqctl",
+        Tool::Lavinmqctl => "lavinmqctl",
+    };
+    let mut out = format!(
+        "# host `{host}` of fleet `{fleet}`: user {user} without tags; its own queues only in {own_vhost}\n"
+    );
+    match tool {
+        Tool::Rabbitmqctl => {
+            out.push_str("# reads the password from stdin; never put it on a command line\n");
+            out.push_str(&format!(
+                "rabbitmqctl add_user {} < /path/to/{user}.password\nrabbitmqctl set_user_tags {}\n",
+                quote(&user),
+                quote(&user)
+            ));
+        }
+        Tool::Lavinmqctl => {
+            out.push_str(&format!(
+                "sock={LAVINMQ_SOCKET}\n# no tags; the password arrives as JSON on stdin: {{\"password\":\"…\",\"tags\":\"\"}}\n\
+                 curl -fsS --unix-socket \"$sock\" -H 'content-type: application/json' -X PUT --data-binary @- http://localhost/api/users/{user} < /path/to/{user}.user.json\n"
+            ));
+        }
+    }
+    out.push_str(&set_permissions(
+        ctl,
+        &own_vhost,
+        &user,
+        &host_permissions(host),
+    ));
+    out.push('\n');
+    for target in into {
+        out.push_str(&format!(
+            "# into fleet `{target}` (its grants admit `{fleet}`): write on x.in.{fleet} only\n"
+        ));
+        out.push_str(&set_permissions(
+            ctl,
+            &vhost(target),
+            &user,
+            &admitted_permissions(fleet),
+        ));
+        out.push('\n');
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_host_user_reaches_its_own_queues_and_the_fleet_exchanges_only() {
+        let p = host_permissions("w1.lab");
+        let configure = regex::Regex::new(&p.configure).unwrap();
+        let write = regex::Regex::new(&p.write).unwrap();
+        let read = regex::Regex::new(&p.read).unwrap();
+        for own in [
+            "gw.w1.lab.ctl",
+            "gw.w1.lab.roster",
+            "agent.w1.lab.0190-ab.inbox",
+        ] {
+            assert!(
+                configure.is_match(own) && write.is_match(own) && read.is_match(own),
+                "{own}"
+            );
+        }
+        for sibling in [
+            "gw.w2.ctl",
+            "gw.w1.ctl",
+            "gw.w1xlab.ctl",
+            "agent.w2.0190-ab.inbox",
+            "agent.w1.lab.x.0190.inbox",
+            "agent.0190-ab.inbox",
+            "gw.w1.lab.ctl.x",
+        ] {
+            assert!(
+                !configure.is_match(sibling) && !write.is_match(sibling) && !read.is_match(sibling),
+                "{sibling}"
+            );
+        }
+        for exchange in ["fleet.inbox", "fleet.ctl", "roster"] {
+            assert!(!configure.is_match(exchange), "the admin's: {exchange}");
+            assert!(
+                write.is_match(exchange) && read.is_match(exchange),
+                "{exchange}"
+            );
+        }
+        assert!(read.is_match("x.in.mac") && !write.is_match("x.in.mac"));
+        assert_eq!(host_user("fleet01", "w1.lab"), "fleet01.w1.lab");
+        assert_eq!(
+            split_host_user("fleet01.w1.lab"),
+            Some(("fleet01", "w1.lab"))
+        );
+        assert_eq!(split_host_user("fleet01"), None);
+        let script = host_script("fleet01", "w1.lab", &["mac".to_owned()], Tool::Rabbitmqctl);
+        assert!(script.contains(r"set_permissions -p /fleet01 fleet01.w1.lab '^(gw\.w1\.lab\.(ctl|roster)|agent\.w1\.lab\.[^.]+\.inbox)$'"), "{script}");
+        assert!(
+            script.contains(r"set_permissions -p /mac fleet01.w1.lab '^$' '^x\.in\.fleet01$' '^$'"),
+            "{script}"
+        );
+    }
 
     #[test]
     fn admitted_fleet_may_only_write_its_ingress_exchange() {
@@ -293,8 +449,17 @@ mod tests {
                     }
                     assert_eq!(args.len(), *positionals, "{line}");
                     if command == "create_exchange" {
-                        assert_eq!(args[0], "topic", "type first, then the name: {line}");
-                        assert!(args[1].starts_with("x.in.f"), "{line}");
+                        let expected = FLEET_EXCHANGES
+                            .iter()
+                            .find(|(name, _)| *name == args[1])
+                            .map_or("topic", |(_, kind)| kind);
+                        assert_eq!(args[0], expected, "type first, then the name: {line}");
+                        assert!(
+                            args[1].starts_with("x.in.f")
+                                || expected != "topic"
+                                || args[1] == "roster",
+                            "{line}"
+                        );
                         assert!(words.contains(&"--durable".to_owned()), "{line}");
                     }
                     seen.push(command.clone());
@@ -323,6 +488,9 @@ mod tests {
                 "add_vhost",
                 "user",
                 "set_permissions",
+                "create_exchange",
+                "create_exchange",
+                "create_exchange",
                 "create_exchange",
                 "set_permissions",
                 "create_exchange",

@@ -3,8 +3,10 @@
 //!
 //! 1. The exchange it came through names the origin fleet (`x.in.O` ⇒ O, anything else ⇒ this
 //!    fleet) — attested by broker permissions.
-//! 2. `user_id` must be present (the broker validates it only when set) and equal that fleet.
-//! 3. The envelope's claimed origin fleet must equal it too.
+//! 2. `user_id` must be present (the broker validates it only when set) and be that fleet's
+//!    user — `FLEET`, or a host user `FLEET.HOST`.
+//! 3. The envelope's claimed origin fleet must equal it too, and a host user's host the claimed
+//!    origin host (a host's credential speaks only for that host).
 //! 4. Signature by the pinned key of the claimed host, time window (`wire::verify_authentic`).
 //! 5. Replay and dedupe are one check, recorded with the hand-off in the same transaction.
 //!
@@ -17,6 +19,7 @@ use lapin::BasicProperties;
 use uuid::Uuid;
 
 use super::envelope::from_delivery;
+use super::grants::split_host_user;
 use crate::state::{StateError, StateStore};
 use crate::wire::{
     Kind, Meta, Party, Payload, PinnedKeys, PresenceBeat, Refusal, Window, verify_authentic,
@@ -46,6 +49,16 @@ pub enum InboundRefusal {
         fleet: String,
         /// The message's user_id.
         user_id: String,
+    },
+    /// A host user published an envelope claiming another host.
+    #[error("user_id `{user_id}` belongs to host `{host}`; the envelope claims host `{claimed}`")]
+    HostMismatch {
+        /// The message's user_id.
+        user_id: String,
+        /// The host it belongs to.
+        host: String,
+        /// The claimed origin host.
+        claimed: String,
     },
     /// The envelope claims another origin fleet than the broker attests.
     #[error("the envelope claims fleet `{claimed}`, the broker attests `{fleet}`")]
@@ -166,7 +179,11 @@ impl Inbound {
             .as_ref()
             .map(|u| u.as_str().to_owned())
             .ok_or(InboundRefusal::NoUserId)?;
-        if user_id != fleet {
+        let (user_fleet, user_host) = match split_host_user(&user_id) {
+            Some((fleet, host)) => (fleet, Some(host)),
+            None => (user_id.as_str(), None),
+        };
+        if user_fleet != fleet {
             return Err(InboundRefusal::UserIdMismatch {
                 exchange: exchange.to_owned(),
                 fleet,
@@ -174,6 +191,13 @@ impl Inbound {
             });
         }
         let sealed = from_delivery(properties, body).map_err(InboundRefusal::Malformed)?;
+        if let Some(host) = user_host.filter(|h| *h != sealed.meta.origin.host) {
+            return Err(InboundRefusal::HostMismatch {
+                host: host.to_owned(),
+                claimed: sealed.meta.origin.host.clone(),
+                user_id,
+            });
+        }
         if sealed.meta.origin.fleet != fleet {
             return Err(InboundRefusal::OriginMismatch {
                 fleet,

@@ -127,7 +127,7 @@ pub struct Presence {
     pub roster: Arc<std::sync::Mutex<Roster>>,
     /// The host key that signs beats.
     pub key: Arc<HostKey>,
-    /// This host's fleet (also its broker user).
+    /// This host's fleet.
     pub fleet: String,
     /// Beats expire after this long.
     pub beat_ttl: Duration,
@@ -297,11 +297,7 @@ pub fn backoff(failures: u32, cap: Duration) -> Duration {
 
 /// Declares the fleet exchanges and this host's control queue (idempotent).
 async fn declare(connection: &Connection, settings: &LinkSettings) -> Result<(), String> {
-    let channel = connection
-        .create_channel()
-        .await
-        .map_err(|e| e.to_string())?;
-    topology::declare_exchanges(&channel).await?;
+    let channel = topology::ensure_exchanges(connection).await?;
     let queue = format!("gw.{}.ctl", settings.host);
     let arguments = topology::inbox_arguments(settings.queue_type, topology::DEFAULT_MAX_LENGTH);
     topology::declare_bound_queue(
@@ -422,7 +418,8 @@ impl Served<'_> {
         let mut events = self.connection.events_listener();
         let mut next_beat = tokio::time::Instant::now();
         let mut retry = tokio::time::interval(Duration::from_secs(2));
-        let user = self.presence.fleet.clone();
+        // The broker user (`FLEET` or a host user `FLEET.HOST`): the `user_id` it validates.
+        let user = self.uri.user.clone();
         let lost = loop {
             tokio::select! {
                 first = deliveries.recv() => match first {
@@ -512,7 +509,7 @@ impl Served<'_> {
                     }
                 }
                 () = tokio::time::sleep_until(next_beat) => {
-                    if let Err(reason) = beat(&beats_out, self.settings, self.presence, false).await {
+                    if let Err(reason) = beat(&beats_out, (self.settings, &self.uri.user), self.presence, false).await {
                         break Some(reason);
                     }
                     self.beat_foreign(&mut outlets, false).await;
@@ -537,7 +534,7 @@ impl Served<'_> {
                 },
                 _ = stop.changed() => {
                     // A graceful stop tells peers at once instead of letting them wait for the reap.
-                    let _ = beat(&beats_out, self.settings, self.presence, true).await;
+                    let _ = beat(&beats_out, (self.settings, &self.uri.user), self.presence, true).await;
                     self.beat_foreign(&mut outlets, true).await;
                     // Give outstanding confirms a moment; what is left is republished next start.
                     let drain = async { while pump.settle_next(self.courier).await.is_some() {} };
@@ -641,7 +638,7 @@ impl Served<'_> {
             if consumed.contains(&id) {
                 continue;
             }
-            let queue = topology::inbox_queue(&id.to_string());
+            let queue = topology::inbox_queue(&self.settings.host, &id.to_string());
             topology::declare_bound_queue(
                 channel,
                 &queue,
@@ -730,7 +727,7 @@ impl Served<'_> {
             let sent = publish_beat(
                 &channel,
                 &exchange,
-                self.settings,
+                (self.settings, &self.uri.user),
                 self.presence,
                 fleet,
                 body.clone(),
@@ -766,7 +763,7 @@ pub fn announce(courier: &Courier, roster: &std::sync::Mutex<Roster>) {
 /// Seals and publishes this host's beat to the fleet's roster exchange.
 async fn beat(
     channel: &lapin::Channel,
-    settings: &LinkSettings,
+    (settings, user): (&LinkSettings, &str),
     presence: &Presence,
     leaving: bool,
 ) -> Result<(), String> {
@@ -780,7 +777,7 @@ async fn beat(
     publish_beat(
         channel,
         ROSTER_EXCHANGE,
-        settings,
+        (settings, user),
         presence,
         &presence.fleet,
         body,
@@ -793,7 +790,7 @@ async fn beat(
 async fn publish_beat(
     channel: &lapin::Channel,
     exchange: &str,
-    settings: &LinkSettings,
+    (settings, user): (&LinkSettings, &str),
     presence: &Presence,
     dest_fleet: &str,
     body: wire::PresenceBeat,
@@ -817,7 +814,7 @@ async fn publish_beat(
         expires_ms: now + ttl,
     };
     let sealed = wire::seal(meta, &Payload::PresenceBeat(body), &presence.key);
-    let properties = envelope::properties(&sealed, &presence.fleet).with_delivery_mode(1);
+    let properties = envelope::properties(&sealed, user).with_delivery_mode(1);
     channel
         .basic_publish(
             exchange.into(),

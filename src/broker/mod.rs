@@ -16,5 +16,5 @@ pub mod link;
 pub mod publish;
 pub mod topology;
 
-pub use apply::{ApplyError, BadNode, Rabbitmqctl, apply};
+pub use apply::{ApplyError, BadNode, Rabbitmqctl, apply, apply_host};
 pub use connect::{ConnectError, confirm_channel, connect, connect_node, pin_ca};

@@ -20,9 +20,10 @@ pub fn ingress_exchange(origin: &str) -> String {
     format!("x.in.{origin}")
 }
 
-/// The durable inbox of agent `id`.
-pub fn inbox_queue(id: &str) -> String {
-    format!("agent.{id}.inbox")
+/// The durable inbox of agent `id` of host `host`: the host in the name lets a host user's
+/// permissions name its own inboxes (`agent.HOST.*`) and no other host's.
+pub fn inbox_queue(host: &str, id: &str) -> String {
+    format!("agent.{host}.{id}.inbox")
 }
 
 /// Queue type, by config: classic (single node, LavinMQ) or quorum (RabbitMQ cluster).
@@ -61,10 +62,43 @@ pub fn inbox_arguments(queue_type: QueueType, max_length: i64) -> FieldTable {
     args
 }
 
+/// Makes sure the fleet's three exchanges exist and returns a channel to go on with. They are
+/// the admin's (`fleetd broker grants --fleet F --apply` declares them), so they are first
+/// looked up passively — a host user may not configure them; only when one is missing are they
+/// declared, which a fleet user may do.
+pub async fn ensure_exchanges(connection: &lapin::Connection) -> Result<Channel, String> {
+    let open = || async {
+        connection
+            .create_channel()
+            .await
+            .map_err(|e| format!("open a channel: {e}"))
+    };
+    let channel = open().await?;
+    if declare_with(&channel, true).await.is_ok() {
+        return Ok(channel);
+    }
+    // The failed lookup closed that channel.
+    let channel = open().await?;
+    declare_with(&channel, false).await.map_err(|e| {
+        if e.contains("ACCESS_REFUSED") {
+            format!("{e} (the fleet's exchanges are missing and this credential may not declare them: run `fleetd broker grants --fleet FLEET --apply`)")
+        } else {
+            e
+        }
+    })?;
+    Ok(channel)
+}
+
 /// Declares the fleet's three exchanges (idempotent).
 pub async fn declare_exchanges(channel: &Channel) -> Result<(), String> {
+    declare_with(channel, false).await
+}
+
+/// Declares (or, `passive`, looks up) the fleet's three exchanges.
+async fn declare_with(channel: &Channel, passive: bool) -> Result<(), String> {
     let durable = ExchangeDeclareOptions {
         durable: true,
+        passive,
         ..ExchangeDeclareOptions::default()
     };
     for (name, kind) in [

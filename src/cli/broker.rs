@@ -23,8 +23,16 @@ pub enum BrokerCommand {
         #[arg(long)]
         fleet: String,
         /// An origin fleet this fleet's vhost admits (write on `x.in.ORIGIN` only); repeatable.
-        #[arg(long = "admit", value_name = "ORIGIN")]
+        #[arg(long = "admit", value_name = "ORIGIN", conflicts_with = "host")]
         admits: Vec<String>,
+        /// A host of the fleet: its own user `FLEET.HOST`, which reaches only its own queues (run
+        /// the fleet's grants, without --host, first: they make the vhost and its exchanges).
+        #[arg(long)]
+        host: Option<String>,
+        /// With --host: a fleet that admits this one, whose `x.in.FLEET` the host may write to;
+        /// repeatable.
+        #[arg(long = "into", value_name = "FLEET", requires = "host")]
+        into: Vec<String>,
         /// The broker CLI the printed commands are for.
         #[arg(long, value_enum, default_value_t = ToolArg::Rabbitmqctl)]
         tool: ToolArg,
@@ -57,6 +65,10 @@ pub enum BrokerCommand {
         /// The queue type to check (default: `broker.queue_type` from the config, else classic).
         #[arg(long, value_enum)]
         queue_type: Option<QueueTypeArg>,
+        /// Another host of the fleet: a ninth check requires the broker to refuse this
+        /// credential that host's control queue (`gw.SIBLING.ctl`).
+        #[arg(long, value_name = "HOST", conflicts_with = "expect")]
+        sibling: Option<String>,
     },
 }
 
@@ -96,24 +108,34 @@ pub(super) fn run(command: &BrokerCommand, config: Option<&Path>, out: &Output) 
         BrokerCommand::Grants {
             fleet,
             admits,
+            host,
+            into,
             tool,
             apply,
             password_file,
             admin_uri_env,
             node,
         } => {
-            for name in std::iter::once(fleet).chain(admits) {
+            for name in std::iter::once(fleet).chain(admits).chain(into) {
                 if !valid_fleet(name) {
                     out.note(&format!("error: `{name}` is not a valid fleet name (lowercase letters, digits, `-`, `_`)"));
                     return exit::code(exit::USAGE);
                 }
+            }
+            if let Some(host) = host.as_deref().filter(|h| !valid_host(h)) {
+                out.note(&format!("error: `{host}` is not a valid host name (1 to 64 of letters, digits, `.`, `-`, `_`)"));
+                return exit::code(exit::USAGE);
             }
             if !apply {
                 let tool = match tool {
                     ToolArg::Rabbitmqctl => grants::Tool::Rabbitmqctl,
                     ToolArg::Lavinmqctl => grants::Tool::Lavinmqctl,
                 };
-                out.line(grants::script(fleet, admits, tool).trim_end());
+                let script = match host {
+                    Some(host) => grants::host_script(fleet, host, into, tool),
+                    None => grants::script(fleet, admits, tool),
+                };
+                out.line(script.trim_end());
                 return exit::code(exit::OK);
             }
             if *tool != ToolArg::Rabbitmqctl {
@@ -127,6 +149,15 @@ pub(super) fn run(command: &BrokerCommand, config: Option<&Path>, out: &Output) 
                     return exit::code(exit::USAGE);
                 }
             };
+            if let Some(host) = host {
+                return runtime.block_on(apply_host_grants(
+                    (fleet, host),
+                    into,
+                    password_file.as_deref(),
+                    &ctl,
+                    out,
+                ));
+            }
             runtime.block_on(apply_grants(
                 fleet,
                 admits,
@@ -140,10 +171,11 @@ pub(super) fn run(command: &BrokerCommand, config: Option<&Path>, out: &Output) 
             uri_env,
             expect,
             queue_type,
+            sibling,
         } => runtime.block_on(run_contract(
             vhost.as_deref(),
             uri_env.as_deref(),
-            (*expect, *queue_type),
+            (*expect, *queue_type, sibling.as_deref()),
             config,
             out,
         )),
@@ -156,6 +188,51 @@ fn valid_fleet(name: &str) -> bool {
         && name
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+}
+
+fn valid_host(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'))
+}
+
+async fn apply_host_grants(
+    fleet_host: (&str, &str),
+    into: &[String],
+    password_file: Option<&Path>,
+    ctl: &broker::Rabbitmqctl,
+    out: &Output,
+) -> ExitCode {
+    let password = match read_password(password_file) {
+        Ok(password) => password,
+        Err(message) => {
+            out.note(&format!("error: {message}"));
+            return exit::code(exit::USAGE);
+        }
+    };
+    report(
+        broker::apply_host(fleet_host, into, &password, ctl).await,
+        out,
+    )
+}
+
+/// Prints what applying did, or why it failed.
+fn report(result: Result<Vec<String>, broker::ApplyError>, out: &Output) -> ExitCode {
+    match result {
+        Ok(report) => {
+            for line in report {
+                out.line(&line);
+            }
+            exit::code(exit::OK)
+        }
+        Err(error) => {
+            out.error(&error);
+            exit::code(exit::FAILED)
+        }
+    }
 }
 
 async fn apply_grants(
@@ -176,18 +253,10 @@ async fn apply_grants(
         Some(uri) => uri,
         None => return exit::code(exit::FAILED),
     };
-    match broker::apply(fleet, admits, &password, &admin, ctl).await {
-        Ok(report) => {
-            for line in report {
-                out.line(&line);
-            }
-            exit::code(exit::OK)
-        }
-        Err(error) => {
-            out.error(&error);
-            exit::code(exit::FAILED)
-        }
-    }
+    report(
+        broker::apply(fleet, admits, &password, &admin, ctl).await,
+        out,
+    )
 }
 
 /// The password from a file (one trailing newline dropped) or one line of stdin.
@@ -244,7 +313,7 @@ fn resolve_uri(name: &str, env: Option<&str>, out: &Output) -> Option<BrokerUri>
 async fn run_contract(
     vhost: Option<&str>,
     uri_env: Option<&str>,
-    (expect, queue_type): (Expect, Option<QueueTypeArg>),
+    (expect, queue_type, sibling): (Expect, Option<QueueTypeArg>, Option<&str>),
     config: Option<&Path>,
     out: &Output,
 ) -> ExitCode {
@@ -281,7 +350,11 @@ async fn run_contract(
         uri.user,
         uri.node_list()
     ));
-    let results = contract::run(&uri, &vhost, queue_type).await;
+    if let Some(sibling) = sibling.filter(|s| !valid_host(s)) {
+        out.note(&format!("error: `{sibling}` is not a valid host name"));
+        return exit::code(exit::USAGE);
+    }
+    let results = contract::run(&uri, &vhost, queue_type, sibling).await;
     let passed = results.iter().filter(|r| r.outcome.is_ok()).count();
     for result in &results {
         match &result.outcome {

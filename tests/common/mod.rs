@@ -36,23 +36,33 @@ pub fn grants(fleet: &str, admits: &[&str], password: &str) {
     grants_on(None, fleet, admits, password);
 }
 
-/// [`grants`] on the default node, or with `Some((node, admin_uri))` through
-/// `rabbitmqctl -n NODE` and that admin URI (a cluster).
-pub fn grants_on(on: Option<(&str, &str)>, fleet: &str, admits: &[&str], password: &str) {
-    let mut args = vec!["broker", "grants", "--fleet", fleet, "--apply"];
-    for origin in admits {
-        args.extend_from_slice(&["--admit", origin]);
+/// Applies `fleetd broker grants --fleet FLEET --host HOST --apply` (the host user
+/// `FLEET.HOST`, writing into the ingress exchanges of `into`), with `password` on stdin. The
+/// fleet's own grants must have run.
+pub fn host_grants(fleet: &str, host: &str, into: &[&str], password: &str) {
+    let mut args = vec![
+        "broker", "grants", "--fleet", fleet, "--host", host, "--apply",
+    ];
+    for target in into {
+        args.extend_from_slice(&["--into", target]);
     }
-    let admin = match on {
-        Some((node, admin)) => {
-            args.extend_from_slice(&["--node", node]);
-            admin
-        }
-        None => "amqp://guest:guest@127.0.0.1:5672/",
-    };
-    let mut child = Command::new(BIN)
-        .args(&args)
-        .env("FLEETD_ADMIN_URI", admin)
+    run_grants(
+        &args,
+        None,
+        password,
+        &format!("host grants for {fleet}.{host}"),
+    );
+}
+
+/// Runs `fleetd ARGS` (a `broker grants --apply`) with `password` on stdin and the admin URI
+/// `admin`, if any; panics naming `what` unless it succeeds without echoing the password.
+fn run_grants(args: &[&str], admin: Option<&str>, password: &str, what: &str) {
+    let mut command = Command::new(BIN);
+    command.args(args);
+    if let Some(admin) = admin {
+        command.env("FLEETD_ADMIN_URI", admin);
+    }
+    let mut child = command
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -72,12 +82,29 @@ pub fn grants_on(on: Option<(&str, &str)>, fleet: &str, admits: &[&str], passwor
     );
     assert!(
         output.status.success(),
-        "grants for {fleet} (is RabbitMQ running and rabbitmqctl usable? scripts/test starts it): {text}"
+        "{what} (is RabbitMQ running and rabbitmqctl usable? scripts/test starts it): {text}"
     );
     assert!(
         !text.contains(password),
         "the password leaked into the grants output: {text}"
     );
+}
+
+/// [`grants`] on the default node, or with `Some((node, admin_uri))` through
+/// `rabbitmqctl -n NODE` and that admin URI (a cluster).
+pub fn grants_on(on: Option<(&str, &str)>, fleet: &str, admits: &[&str], password: &str) {
+    let mut args = vec!["broker", "grants", "--fleet", fleet, "--apply"];
+    for origin in admits {
+        args.extend_from_slice(&["--admit", origin]);
+    }
+    let admin = match on {
+        Some((node, admin)) => {
+            args.extend_from_slice(&["--node", node]);
+            admin
+        }
+        None => "amqp://guest:guest@127.0.0.1:5672/",
+    };
+    run_grants(&args, Some(admin), password, &format!("grants for {fleet}"));
 }
 
 /// Removes test fleets' vhosts and users and kills their daemons, even when a test fails.
@@ -105,6 +132,24 @@ impl Drop for Fleets {
             let _ = child.wait();
         }
         let node: Vec<&str> = self.node.iter().flat_map(|n| ["-n", n]).collect();
+        // Host users `FLEET.HOST` go with their fleet.
+        let users = Command::new("rabbitmqctl")
+            .args(&node)
+            .args(["-q", "list_users"])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        for user in users.lines().filter_map(|l| l.split('\t').next()) {
+            if self.names.iter().any(|f| {
+                user.strip_prefix(f.as_str())
+                    .is_some_and(|r| r.starts_with('.'))
+            }) {
+                let _ = Command::new("rabbitmqctl")
+                    .args(&node)
+                    .args(["-q", "delete_user", user])
+                    .output();
+            }
+        }
         for fleet in &self.names {
             let _ = Command::new("rabbitmqctl")
                 .args(&node)
@@ -193,6 +238,8 @@ pub struct Host {
     pub broker_lines: String,
     /// The broker addresses (`HOST:PORT`, comma-separated) its URI names; the default node.
     pub broker_nodes: String,
+    /// The broker user in its URI (the fleet's user when `None`; a host user `FLEET.HOST`).
+    pub broker_user: Option<String>,
 }
 
 impl Host {
@@ -220,6 +267,7 @@ impl Host {
             pubkey,
             broker_lines: String::new(),
             broker_nodes: "127.0.0.1:5672".to_owned(),
+            broker_user: None,
         }
     }
 
@@ -303,7 +351,11 @@ impl Host {
             .env("XDG_RUNTIME_DIR", self.dir.join("run"))
             .env(
                 "FLEETD_T_URI",
-                format!("amqp://{fleet}:{password}@{}/%2F{fleet}", self.broker_nodes),
+                format!(
+                    "amqp://{}:{password}@{}/%2F{fleet}",
+                    self.broker_user.as_deref().unwrap_or(fleet),
+                    self.broker_nodes
+                ),
             )
             .envs(env.iter().copied());
         command

@@ -447,3 +447,33 @@ fn messages_from_other_hosts_reach_an_agent_only_as_the_message_policy_says_and_
     assert_eq!(audit[0].0, "message.duplicate");
     assert_eq!(outbox(&r).len(), before);
 }
+
+#[test]
+fn a_host_users_envelopes_must_claim_its_own_host() {
+    let keys: Vec<Arc<HostKey>> = (0..2)
+        .map(|_| Arc::new(HostKey::generate().unwrap().0))
+        .collect();
+    let (a, r) = (gateway("a", &keys[0]), gateway("r", &keys[1]));
+    let mut pins = PinnedKeys::default();
+    pins.pin(FLEET, "a", *keys[0].public());
+    let at_r = Inbound::new(&at(FLEET, "r"), pins, 120_000, Arc::clone(&r.state));
+    let mailbox = r.courier.agents().open_mailbox("primary").unwrap();
+    for i in 0..2 {
+        a.courier
+            .send(at(FLEET, "r"), mailbox, None, format!("m{i}"))
+            .unwrap();
+    }
+    // Host a's envelopes, the first published with host b's user, the second with a's own.
+    let mut window = outbox_of(&a, "f.b");
+    window.truncate(1);
+    window.extend(outbox_of(&a, "f.a").into_iter().skip(1));
+    let (acks, audit) = take_in(&r, &at_r, &window);
+    assert_eq!(acks, vec![true, true]);
+    assert_eq!(audit[0].0, "message.refused", "{audit:?}");
+    let reason = audit[0].1["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("user_id `f.b` belongs to host `b`; the envelope claims host `a`"),
+        "{reason}"
+    );
+    assert_eq!(audit[1].0, "message.accepted", "{audit:?}");
+}
