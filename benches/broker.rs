@@ -39,7 +39,7 @@ use ed25519_dalek::{Signature, Signer, SigningKey};
 use fleetd::audit::{Audit, Background};
 use fleetd::broker::deliver::{Courier, Outlets, Pump};
 use fleetd::broker::inbound::Inbound;
-use fleetd::broker::topology::INBOX_EXCHANGE;
+use fleetd::broker::topology::{SEND_EXCHANGE, agent_key, host_exchange};
 use fleetd::broker::{confirm_channel, connect, topology};
 use fleetd::scrub::Scrubber;
 use fleetd::secret::BrokerUri;
@@ -127,13 +127,14 @@ struct Inboxes<'a> {
 }
 
 impl Inboxes<'_> {
-    /// Declares `queue`, bound to the inbox exchange with `key`, and consumes it.
-    async fn consumer(&self, queue: &str, key: &str) -> Consumer {
+    /// Declares `queue`, agent `id`'s inbox on `host`, bound as a gateway binds it (from
+    /// `host.HOST`, which `fleet.send` feeds), and consumes it.
+    async fn consumer(&self, queue: &str, (host, id): (&str, &str)) -> Consumer {
         topology::declare_bound_queue(
             self.setup,
             queue,
-            INBOX_EXCHANGE,
-            key,
+            &host_exchange(host),
+            &agent_key(host, id),
             bench_queue_arguments(),
         )
         .await
@@ -150,7 +151,7 @@ impl Inboxes<'_> {
     }
 }
 
-/// Publishes `body` to the inbox exchange with `key` on confirm channel `channel` as a fleet
+/// Publishes `body` to `fleet.send` with `key` on confirm channel `channel` as a fleet
 /// user would (persistent, `mandatory`, `user_id`, a message id); the started message is
 /// finished when the broker confirms it.
 async fn publish_confirmed(channel: &Channel, key: &str, body: Vec<u8>) -> Started {
@@ -163,13 +164,7 @@ async fn publish_confirmed(channel: &Channel, key: &str, body: Vec<u8>) -> Start
         ..BasicPublishOptions::default()
     };
     let confirm = channel
-        .basic_publish(
-            INBOX_EXCHANGE.into(),
-            key.into(),
-            options,
-            &body,
-            properties,
-        )
+        .basic_publish(SEND_EXCHANGE.into(), key.into(), options, &body, properties)
         .await
         .unwrap();
     Box::pin(async move {
@@ -261,7 +256,9 @@ async fn main() {
             .as_nanos()
     );
     let setup = connection.create_channel().await.unwrap();
-    topology::declare_exchanges(&setup).await.unwrap();
+    for host in ["bench", "bench-r"] {
+        topology::declare_exchanges(&setup, host).await.unwrap();
+    }
     let consume = connection.create_channel().await.unwrap();
     let inboxes = Inboxes {
         setup: &setup,
@@ -272,9 +269,10 @@ async fn main() {
     // (up to a window of 32) and acks it.
     let raw = confirm_channel(&connection).await.unwrap();
     let queue = format!("agent.bench-{nonce}.inbox");
-    let key = format!("bench-{nonce}");
+    let id = format!("bench-{nonce}");
+    let key = agent_key("bench", &id);
     let raw_acked = receive(
-        inboxes.consumer(&queue, &key).await,
+        inboxes.consumer(&queue, ("bench", &id)).await,
         |_| (true, ()),
         |()| (),
     );
@@ -285,8 +283,9 @@ async fn main() {
     // the state directory's file system) before it acks. Lower than any real implementation: no
     // envelope, no replay or dedupe lookup, no outbox write on the sender.
     let floor_queue = format!("agent.bench-{nonce}-floor.inbox");
-    let floor_key = format!("bench-{nonce}-floor");
-    let floor_consumer = inboxes.consumer(&floor_queue, &floor_key).await;
+    let floor_id = format!("bench-{nonce}-floor");
+    let floor_key = agent_key("bench", &floor_id);
+    let floor_consumer = inboxes.consumer(&floor_queue, ("bench", &floor_id)).await;
     let dir = tempfile::tempdir().unwrap();
     let signing = Arc::new(SigningKey::from_bytes(&[7; 32]));
     let verifying = signing.verifying_key();
@@ -346,8 +345,10 @@ async fn main() {
     )
     .unwrap();
     let worker = receiver.agents().open_mailbox("worker").unwrap();
-    let inbox = topology::inbox_queue("bench", &worker.to_string());
-    let consumer = inboxes.consumer(&inbox, &worker.to_string()).await;
+    let inbox = topology::inbox_queue("bench-r", &worker.to_string());
+    let consumer = inboxes
+        .consumer(&inbox, ("bench-r", &worker.to_string()))
+        .await;
     let me = Party {
         fleet: "guest".to_owned(),
         host: "bench-r".to_owned(),

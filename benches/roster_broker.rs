@@ -107,7 +107,9 @@ async fn converge(connection: &lapin::Connection, hosts: usize, run: &str) -> Du
     let mut roster = Roster::new(me, RosterSettings::default());
     let queue = format!("gw.{run}.roster");
     let setup = connection.create_channel().await.unwrap();
-    topology::declare_exchanges(&setup).await.unwrap();
+    topology::declare_exchanges(&setup, &format!("{run}-gateway"))
+        .await
+        .unwrap();
     topology::declare_roster_queue(
         &setup,
         &queue,

@@ -88,10 +88,12 @@ fn own_vhost_passes_all_eight_and_other_vhosts_fail_all_eight() {
 }
 
 /// Host-scoped credentials: each host's user `FLEET.HOST` does a gateway's whole job in the
-/// fleet's vhost, and the broker refuses it a sibling host's control queue — and its own
-/// credential's fleet user is not needed at all.
+/// fleet's vhost, and the broker refuses it a sibling host's control queue and every binding
+/// that would copy a sibling's traffic into its own queue (from `host.SIBLING`, from
+/// `fleet.send`) — and its own credential's fleet user is not needed at all.
 #[test]
-fn each_host_user_passes_the_contract_and_cannot_consume_a_siblings_queue() {
+fn each_host_user_passes_the_contract_and_gets_neither_a_siblings_queue_nor_copies_of_its_traffic()
+{
     let nonce = nonce();
     let (f, g) = (format!("ch-f{nonce}"), format!("ch-g{nonce}"));
     let _cleanup = Fleets::new(&[&f, &g]);
@@ -116,7 +118,7 @@ fn each_host_user_passes_the_contract_and_cannot_consume_a_siblings_queue() {
         );
         assert!(out.contains("9/9 checks passed"), "{out}");
         assert!(
-            out.contains("PASS a sibling host's control queue refused"),
+            out.contains("PASS a sibling host's queue and traffic refused"),
             "{out}"
         );
     }
@@ -139,7 +141,7 @@ fn each_host_user_passes_the_contract_and_cannot_consume_a_siblings_queue() {
     let text = String::from_utf8_lossy(&shared.stdout);
     assert!(!shared.status.success(), "{text}");
     assert!(
-        text.contains("FAIL a sibling host's control queue refused"),
+        text.contains("FAIL a sibling host's queue and traffic refused"),
         "{text}"
     );
     // A host user is no fleet user anywhere else: in the fleet that admits its own, it may

@@ -52,7 +52,7 @@ impl Backlog {
         let vhost = format!("/{fleet}");
         let connection = connect(&uri, None).await.unwrap();
         let setup = connection.create_channel().await.unwrap();
-        topology::declare_exchanges(&setup).await.unwrap();
+        topology::declare_exchanges(&setup, "hostb").await.unwrap();
         let dir = tempfile::tempdir().unwrap();
         let state = Arc::new(StateStore::open(dir.path(), Limits::default()).unwrap());
         let key = Arc::new(HostKey::generate().unwrap().0);
@@ -62,8 +62,8 @@ impl Backlog {
         topology::declare_bound_queue(
             &setup,
             &inbox,
-            topology::INBOX_EXCHANGE,
-            &worker.to_string(),
+            &topology::host_exchange("hostb"),
+            &topology::agent_key("hostb", &worker.to_string()),
             topology::inbox_arguments(topology::QueueType::Classic, 10_000),
         )
         .await

@@ -117,15 +117,18 @@ async fn envelopes_cross_fleets_once_and_every_forgery_is_refused() {
     };
     let inbound = Inbound::new(&me, pins, 120_000, Arc::clone(&state_b));
 
-    // B declares its control queue bound from A's ingress exchange.
+    // B declares its control queue bound from its own exchange; what A sends into its ingress
+    // exchange reaches it through `fleet.send` (bound by the admin in B's grants).
     let conn_b = connect(&uri(&b, &pb), None).await.unwrap();
     let channel_b = conn_b.create_channel().await.unwrap();
-    topology::declare_exchanges(&channel_b).await.unwrap();
+    topology::declare_exchanges(&channel_b, "hostb")
+        .await
+        .unwrap();
     let ingress = topology::ingress_exchange(&a);
     topology::declare_bound_queue(
         &channel_b,
         "gw.hostb.ctl",
-        &ingress,
+        &topology::host_exchange("hostb"),
         "ctl.hostb",
         topology::inbox_arguments(topology::QueueType::Classic, 1000),
     )

@@ -17,17 +17,15 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Fleets, Host, eventually, grants, nonce, terminate, wait_for};
+use common::{Fleets, Host, eventually, nonce, terminate, wait_for};
 
 #[test]
 fn messages_cross_fleets_with_receipts_and_are_held_until_acknowledged() {
     let nonce = nonce();
     let (a, b) = (format!("da{nonce}"), format!("db{nonce}"));
-    let (pa, pb) = (format!("PwDA{nonce}x"), format!("PwDB{nonce}x"));
     let mut cleanup = Fleets::new(&[&a, &b]);
-    grants(&a, &[&b], &pa);
-    grants(&b, &[&a], &pb);
-    grants(&a, &[&b], &pa);
+    common::fleet_grants(&a, &[&b]);
+    common::fleet_grants(&b, &[&a]);
     // Each host runs with its own broker user (`FLEET.HOST`), which reaches only its own queues
     // and writes into the other fleet's ingress exchange.
     let (p_laptop, p_w1) = (format!("PwL{nonce}x"), format!("PwW{nonce}x"));
@@ -133,8 +131,6 @@ fn messages_cross_fleets_with_receipts_and_are_held_until_acknowledged() {
         logs.push_str(&line);
     }
     for secret in [
-        pa.as_str(),
-        pb.as_str(),
         p_laptop.as_str(),
         p_w1.as_str(),
         "count the lines",
@@ -216,7 +212,10 @@ fn a_full_inbox_and_an_unknown_agent_in_one_confirm_window_are_each_named() {
     fill(
         &fleet,
         &password,
-        (fleetd::broker::topology::INBOX_EXCHANGE, &worker),
+        (
+            fleetd::broker::topology::SEND_EXCHANGE,
+            &fleetd::broker::topology::agent_key("r1", &worker),
+        ),
         limit,
     );
 
@@ -318,7 +317,7 @@ fn a_publishing_channel_the_broker_closes_is_reopened_and_the_link_stays_up() {
     as_fleet(&fleet, &password, async |channel| {
         channel
             .exchange_delete(
-                "fleet.inbox".into(),
+                "fleet.send".into(),
                 lapin::options::ExchangeDeleteOptions::default(),
             )
             .await
@@ -345,8 +344,8 @@ fn a_publishing_channel_the_broker_closes_is_reopened_and_the_link_stays_up() {
         };
         channel
             .exchange_declare(
-                "fleet.inbox".into(),
-                lapin::ExchangeKind::Direct,
+                "fleet.send".into(),
+                lapin::ExchangeKind::Topic,
                 durable,
                 lapin::types::FieldTable::default(),
             )

@@ -53,15 +53,10 @@ impl Topology {
         // A crashed earlier run may have left the fleets behind: start clean.
         drop(Fleets::new(&[MAC, FLEET01]));
         let fleets = Fleets::new(&[MAC, FLEET01]);
-        // The fleets' grants (vhost, exchanges, admission), then each host's own user
-        // (`mac.laptop`, `fleet01.fleet01`), the only credential a host holds.
-        let (mac_fleet, f01_fleet) = (
-            format!("canary-macf-{nonce}-pw"),
-            format!("canary-f01f-{nonce}-pw"),
-        );
-        common::grants(MAC, &[FLEET01], &mac_fleet);
-        common::grants(FLEET01, &[MAC], &f01_fleet);
-        common::grants(MAC, &[FLEET01], &mac_fleet);
+        // The fleets' grants (vhost, exchanges, admission; no shared user), then each host's
+        // own user (`mac.laptop`, `fleet01.fleet01`), the only credential a host holds.
+        common::fleet_grants(MAC, &[FLEET01]);
+        common::fleet_grants(FLEET01, &[MAC]);
         let mac_password = format!("canary-mac-{nonce}-pw");
         let fleet01_password = format!("canary-f01-{nonce}-pw");
         common::host_grants(MAC, "laptop", &[FLEET01], &mac_password);
@@ -718,7 +713,7 @@ fn refusals_reach_the_laptop_launch_nothing_and_are_audited_on_fleet01() {
     );
     assert!(sibling.contains("9/9 checks passed"), "{sibling}");
     assert!(
-        sibling.contains("PASS a sibling host's control queue refused"),
+        sibling.contains("PASS a sibling host's queue and traffic refused"),
         "{sibling}"
     );
 

@@ -1,12 +1,12 @@
 //! `fleetd broker grants --apply`: carries out the grants with `rabbitmqctl` (argv only, the
-//! password on stdin) and declares ingress exchanges over AMQP as the admin, who holds configure
-//! on them only for that moment.
+//! password on stdin) and declares the exchanges and their bindings over AMQP as the admin, who
+//! holds rights on them only for that moment.
 
 use std::process::Stdio;
 use std::time::Duration;
 
 use lapin::ExchangeKind;
-use lapin::options::ExchangeDeclareOptions;
+use lapin::options::{ExchangeBindOptions, ExchangeDeclareOptions};
 use lapin::types::FieldTable;
 use secrecy::{ExposeSecret, SecretString};
 use tokio::io::AsyncWriteExt;
@@ -16,7 +16,9 @@ use super::grants::{
     FLEET_EXCHANGES, Permissions, admitted_permissions, host_permissions, host_user,
     own_permissions, vhost,
 };
-use super::topology::ingress_exchange;
+use super::topology::{
+    INGRESS_BINDINGS, SEND_EXCHANGE, host_binding_keys, host_exchange, ingress_exchange,
+};
 use super::{ConnectError, connect};
 use crate::secret::BrokerUri;
 
@@ -42,10 +44,10 @@ pub enum ApplyError {
         /// Its stderr (no password ever reaches it).
         detail: String,
     },
-    /// The admin could not connect to declare ingress exchanges.
-    #[error("cannot declare ingress exchanges as the admin")]
+    /// The admin could not connect to declare exchanges.
+    #[error("cannot declare the exchanges as the admin")]
     Admin(#[source] ConnectError),
-    /// Declaring an exchange failed.
+    /// Declaring an exchange or binding one failed.
     #[error("declaring `{exchange}` failed: {detail}")]
     Declare {
         /// The exchange.
@@ -89,11 +91,13 @@ impl Rabbitmqctl {
     }
 }
 
-/// Applies the grants for `fleet` through `ctl`; returns one line per step for the operator.
+/// Applies the grants for `fleet` through `ctl`: its vhost, its exchanges (declared and bound
+/// by `admin`), each admitted origin's ingress exchange; with `shared` (a password), also the
+/// shared fleet user `FLEET`. Returns one line per step for the operator.
 pub async fn apply(
     fleet: &str,
     admits: &[String],
-    password: &SecretString,
+    shared: Option<&SecretString>,
     admin: &BrokerUri,
     ctl: &Rabbitmqctl,
 ) -> Result<Vec<String>, ApplyError> {
@@ -104,65 +108,80 @@ pub async fn apply(
         report.push(format!("created vhost {vhost}"));
     }
     let users = ctl.listed(&["list_users"]).await?;
-    if users.iter().any(|u| u == fleet) {
-        ctl.run(&["change_password", fleet], Some(password)).await?;
-        report.push(format!("set the password of user {fleet}"));
-    } else {
-        ctl.run(&["add_user", fleet], Some(password)).await?;
-        report.push(format!("created user {fleet}"));
-    }
-    ctl.run(&["set_user_tags", fleet], None).await?;
-    ctl.set_permissions(&vhost, fleet, &own_permissions())
-        .await?;
-    report.push(format!(
-        "user {fleet}: no tags, own-object permissions on {vhost}"
-    ));
-    let mut exchanges: Vec<(String, ExchangeKind)> = FLEET_EXCHANGES
-        .iter()
-        .map(|(name, kind)| {
-            let kind = if *kind == "topic" {
-                ExchangeKind::Topic
+    match shared {
+        Some(password) => {
+            if users.iter().any(|u| u == fleet) {
+                ctl.run(&["change_password", fleet], Some(password)).await?;
+                report.push(format!("set the password of user {fleet}"));
             } else {
-                ExchangeKind::Direct
-            };
-            ((*name).to_owned(), kind)
-        })
-        .collect();
-    exchanges.extend(
-        admits
-            .iter()
-            .map(|o| (ingress_exchange(o), ExchangeKind::Topic)),
-    );
-    declare_as_admin(&vhost, &exchanges, admin, ctl).await?;
-    report.push(format!(
-        "declared the fleet's exchanges in {vhost} (fleet.inbox, fleet.ctl, roster)"
-    ));
-    if !admits.is_empty() {
-        for origin in admits {
-            report.push(format!("declared {} in {vhost}", ingress_exchange(origin)));
-            if users.iter().any(|u| u == origin) {
-                ctl.set_permissions(&vhost, origin, &admitted_permissions(origin))
-                    .await?;
-                report.push(format!(
-                    "user {origin}: write on {} only",
-                    ingress_exchange(origin)
-                ));
-            } else {
-                report.push(format!("user {origin} does not exist yet: run the grants for fleet {origin}, then these again"));
+                ctl.run(&["add_user", fleet], Some(password)).await?;
+                report.push(format!("created user {fleet}"));
             }
+            ctl.run(&["set_user_tags", fleet], None).await?;
+            ctl.set_permissions(&vhost, fleet, &own_permissions())
+                .await?;
+            report.push(format!(
+                "user {fleet}: no tags, every host's objects on {vhost} (shared: its hosts are not isolated from each other)"
+            ));
         }
+        None if users.iter().any(|u| u == fleet) => report.push(format!(
+            "note: the shared user {fleet} exists and reaches every host's queues; once every host has its own user (--host), remove it: rabbitmqctl delete_user {fleet}"
+        )),
+        None => {}
+    }
+    let mut exchanges: Vec<String> = FLEET_EXCHANGES
+        .iter()
+        .map(|(name, _)| (*name).to_owned())
+        .collect();
+    let mut bindings = Vec::new();
+    for origin in admits {
+        let exchange = ingress_exchange(origin);
+        for (destination, key) in INGRESS_BINDINGS {
+            bindings.push(Binding {
+                source: exchange.clone(),
+                destination: destination.to_owned(),
+                key: key.to_owned(),
+            });
+        }
+        exchanges.push(exchange);
+    }
+    declare_as_admin(&vhost, (&exchanges, &bindings), admin, ctl).await?;
+    report.push(format!(
+        "declared the fleet's exchanges in {vhost} ({})",
+        FLEET_EXCHANGES.map(|(name, _)| name).join(", ")
+    ));
+    for origin in admits {
+        report.push(format!(
+            "declared {} in {vhost}, bound to {}",
+            ingress_exchange(origin),
+            INGRESS_BINDINGS
+                .map(|(to, key)| format!("{to} ({key})"))
+                .join(" and ")
+        ));
+        if users.iter().any(|u| u == origin) {
+            ctl.set_permissions(&vhost, origin, &admitted_permissions(origin))
+                .await?;
+            report.push(format!(
+                "shared user {origin}: write on {} only",
+                ingress_exchange(origin)
+            ));
+        }
+        report.push(format!(
+            "hosts of {origin} write into it once their grants name this fleet: fleetd broker grants --fleet {origin} --host HOST --into {fleet} --apply"
+        ));
     }
     Ok(report)
 }
 
 /// Applies the grants for host `host` of `fleet`: its user `FLEET.HOST` (no tags, `password`),
-/// its own-queue permissions on `/FLEET`, and write on `x.in.FLEET` in each fleet of `into`.
-/// The fleet's grants must have run first (its vhost and exchanges).
+/// its own-queue permissions on `/FLEET`, its exchange `host.HOST` bound from `fleet.send` with
+/// its keys (declared by `admin`), and write on `x.in.FLEET` in each fleet of `into`. The
+/// fleet's grants must have run first (its vhost and exchanges).
 pub async fn apply_host(
     (fleet, host): (&str, &str),
     into: &[String],
     password: &SecretString,
-    ctl: &Rabbitmqctl,
+    (admin, ctl): (&BrokerUri, &Rabbitmqctl),
 ) -> Result<Vec<String>, ApplyError> {
     let vhosts = ctl.listed(&["list_vhosts", "name"]).await?;
     for needed in std::iter::once(fleet).chain(into.iter().map(String::as_str)) {
@@ -192,6 +211,27 @@ pub async fn apply_host(
         "user {user}: no tags, its own queues on {}",
         vhost(fleet)
     ));
+    let exchange = host_exchange(host);
+    let bindings: Vec<Binding> = host_binding_keys(host)
+        .into_iter()
+        .map(|key| Binding {
+            source: SEND_EXCHANGE.to_owned(),
+            destination: exchange.clone(),
+            key,
+        })
+        .collect();
+    declare_as_admin(
+        &vhost(fleet),
+        (std::slice::from_ref(&exchange), &bindings),
+        admin,
+        ctl,
+    )
+    .await?;
+    report.push(format!(
+        "declared {exchange} in {}, bound from {SEND_EXCHANGE} ({})",
+        vhost(fleet),
+        host_binding_keys(host).join(", ")
+    ));
     for target in into {
         ctl.set_permissions(&vhost(target), &user, &admitted_permissions(fleet))
             .await?;
@@ -204,26 +244,40 @@ pub async fn apply_host(
     Ok(report)
 }
 
-/// Declares `exchanges` (the fleet's own, and `x.in.O` for each origin) as the admin, who gets
-/// configure on exactly those exchanges for the duration and loses it afterwards.
+/// An exchange-to-exchange binding the admin makes.
+struct Binding {
+    source: String,
+    destination: String,
+    key: String,
+}
+
+/// Declares `exchanges` (topic, durable) and makes `bindings` between them and the exchanges
+/// that exist, as the admin, who gets configure, write and read on exactly those exchanges for
+/// the duration and loses them afterwards.
 async fn declare_as_admin(
     vhost: &str,
-    exchanges: &[(String, ExchangeKind)],
+    (exchanges, bindings): (&[String], &[Binding]),
     admin: &BrokerUri,
     ctl: &Rabbitmqctl,
 ) -> Result<(), ApplyError> {
+    let mut names: Vec<&str> = exchanges.iter().map(String::as_str).collect();
+    for binding in bindings {
+        names.extend([binding.source.as_str(), binding.destination.as_str()]);
+    }
+    names.sort_unstable();
+    names.dedup();
     let pattern = format!(
         "^({})$",
-        exchanges
+        names
             .iter()
-            .map(|(n, _)| n.replace('.', r"\."))
+            .map(|n| n.replace('.', r"\."))
             .collect::<Vec<_>>()
             .join("|")
     );
     let temporary = Permissions {
-        configure: pattern,
-        write: "^$".to_owned(),
-        read: "^$".to_owned(),
+        configure: pattern.clone(),
+        write: pattern.clone(),
+        read: pattern,
     };
     ctl.set_permissions(vhost, &admin.user, &temporary).await?;
     let result = async {
@@ -234,7 +288,7 @@ async fn declare_as_admin(
             .create_channel()
             .await
             .map_err(|e| declare_error("channel", &e))?;
-        for (name, kind) in exchanges {
+        for name in exchanges {
             let options = ExchangeDeclareOptions {
                 durable: true,
                 ..ExchangeDeclareOptions::default()
@@ -242,12 +296,32 @@ async fn declare_as_admin(
             channel
                 .exchange_declare(
                     name.as_str().into(),
-                    kind.clone(),
+                    ExchangeKind::Topic,
                     options,
                     FieldTable::default(),
                 )
                 .await
                 .map_err(|e| declare_error(name, &e))?;
+        }
+        for binding in bindings {
+            channel
+                .exchange_bind(
+                    binding.destination.as_str().into(),
+                    binding.source.as_str().into(),
+                    binding.key.as_str().into(),
+                    ExchangeBindOptions::default(),
+                    FieldTable::default(),
+                )
+                .await
+                .map_err(|e| {
+                    declare_error(
+                        &format!(
+                            "{} → {} ({})",
+                            binding.source, binding.destination, binding.key
+                        ),
+                        &e,
+                    )
+                })?;
         }
         let _ = connection.close(200, "grants applied".into()).await;
         Ok(())

@@ -12,13 +12,14 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures_lite::StreamExt;
 use lapin::options::{
-    BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions, QueueDeleteOptions,
+    BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions, QueueBindOptions,
+    QueueDeleteOptions,
 };
 use lapin::types::{FieldTable, ShortString};
 use lapin::{BasicProperties, Channel, Confirmation, Connection, Consumer};
 
 use super::grants::split_host_user;
-use super::topology::{self, INBOX_EXCHANGE, QueueType};
+use super::topology::{self, QueueType, SEND_EXCHANGE};
 use super::{confirm_channel, connect};
 use crate::secret::BrokerUri;
 
@@ -37,7 +38,7 @@ pub const CHECKS: [&str; 8] = [
 const STEP: Duration = Duration::from_secs(10);
 
 /// The check run after the eight when a sibling host is named (`--sibling`).
-pub const SIBLING_CHECK: &str = "a sibling host's control queue refused";
+pub const SIBLING_CHECK: &str = "a sibling host's queue and traffic refused";
 
 /// One check's outcome.
 #[derive(Debug)]
@@ -51,7 +52,8 @@ pub struct CheckResult {
 /// Runs every check with `uri`'s credential against `vhost`, declaring its queues as
 /// `queue_type` ones (the type the fleet's config uses). A host user (`FLEET.HOST`) declares
 /// its test inboxes as that host's (`agent.HOST.…`); with `sibling`, a ninth check requires the
-/// broker to refuse it another host's control queue `gw.SIBLING.ctl`.
+/// broker to refuse it another host's control queue `gw.SIBLING.ctl` and any binding that would
+/// copy another host's traffic into its own queue (from `host.SIBLING` or `fleet.send`).
 pub async fn run(
     uri: &BrokerUri,
     vhost: &str,
@@ -64,8 +66,9 @@ pub async fn run(
         uri,
         vhost: vhost.to_owned(),
         fleet: vhost.trim_start_matches('/').to_owned(),
+        host: host.to_owned(),
         inbox: topology::inbox_queue(host, &format!("contract-{nonce}")),
-        key: format!("contract-{nonce}"),
+        key: topology::agent_key(host, &format!("contract-{nonce}")),
         full: topology::inbox_queue(host, &format!("contract-full-{nonce}")),
         nonce,
         queue_type,
@@ -97,6 +100,7 @@ struct Suite<'a> {
     uri: &'a BrokerUri,
     vhost: String,
     fleet: String,
+    host: String,
     inbox: String,
     key: String,
     full: String,
@@ -153,12 +157,12 @@ impl Suite<'_> {
             .connection
             .as_ref()
             .ok_or("no connection to the vhost")?;
-        let exchanges = topology::ensure_exchanges(connection).await?;
+        let exchanges = topology::ensure_exchanges(connection, &self.host).await?;
         let _ = exchanges.close(200, "exchanges there".into()).await;
         let channel = self.channel().await?;
         declare_inbox(
             &channel,
-            (&self.inbox, &self.key),
+            (&self.host, &self.inbox, &self.key),
             self.queue_type,
             topology::DEFAULT_MAX_LENGTH,
         )
@@ -197,7 +201,7 @@ impl Suite<'_> {
         let id = format!("m2-{}", self.nonce);
         match publish(
             &channel,
-            &format!("missing-{}", self.nonce),
+            &topology::agent_key(&self.host, &format!("missing-{}", self.nonce)),
             &id,
             &self.uri.user,
         )
@@ -228,8 +232,8 @@ impl Suite<'_> {
 
     async fn reject_publish(&self) -> Result<(), String> {
         let channel = self.channel().await?;
-        let key = format!("contract-full-{}", self.nonce);
-        declare_inbox(&channel, (&self.full, &key), self.queue_type, 1).await?;
+        let key = topology::agent_key(&self.host, &format!("contract-full-{}", self.nonce));
+        declare_inbox(&channel, (&self.host, &self.full, &key), self.queue_type, 1).await?;
         // A quorum queue with `reject-publish` takes one message more than `x-max-length`
         // (RabbitMQ 3.10: limit 1 → ack, ack, nack): the contract expects exactly that.
         let fits = match self.queue_type {
@@ -335,36 +339,61 @@ impl Suite<'_> {
         }
     }
 
-    /// The broker refuses this credential another host's control queue: consuming it (which
-    /// would take that host's spawn requests and messages) is `ACCESS_REFUSED`.
+    /// The broker refuses this credential another host's control queue — consuming it would
+    /// take that host's spawn requests and messages — and every binding that would put a copy
+    /// of another host's traffic into a queue of its own: from `host.SIBLING` or from
+    /// `fleet.send`, where all of the fleet's traffic passes. Each must be `ACCESS_REFUSED`.
     async fn sibling_refused(&self, sibling: &str) -> Result<(), String> {
         let connection = self
             .connection
             .as_ref()
             .ok_or("no connection to the vhost")?;
-        let channel = connection
-            .create_channel()
-            .await
-            .map_err(|e| format!("open a channel: {e}"))?;
+        // Each refusal closes its channel: one channel per attempt.
+        let open = || async {
+            connection
+                .create_channel()
+                .await
+                .map_err(|e| format!("open a channel: {e}"))
+        };
         let queue = format!("gw.{sibling}.ctl");
-        match channel
+        let consumed = open()
+            .await?
             .basic_consume(
                 queue.as_str().into(),
                 "contract-sibling".into(),
                 BasicConsumeOptions::default(),
                 FieldTable::default(),
             )
-            .await
-        {
-            Err(e) if e.to_string().contains("ACCESS_REFUSED") => Ok(()),
-            Err(e) => Err(format!(
-                "consuming `{queue}` failed, but not for want of permission: {e}"
-            )),
-            Ok(_) => Err(format!(
+            .await;
+        refused(consumed.map(drop), || {
+            format!(
                 "`{}` consumed `{queue}`, host `{sibling}`'s control queue",
                 self.uri.user
-            )),
+            )
+        })?;
+        let sibling_exchange = topology::host_exchange(sibling);
+        for (exchange, key) in [
+            (sibling_exchange.as_str(), topology::control_key(sibling)),
+            (SEND_EXCHANGE, "#".to_owned()),
+        ] {
+            let bound = open()
+                .await?
+                .queue_bind(
+                    self.inbox.as_str().into(),
+                    exchange.into(),
+                    key.as_str().into(),
+                    QueueBindOptions::default(),
+                    FieldTable::default(),
+                )
+                .await;
+            refused(bound, || {
+                format!(
+                    "`{}` bound its own queue `{}` to `{exchange}` with `{key}`: it would receive copies of another host's traffic",
+                    self.uri.user, self.inbox
+                )
+            })?;
         }
+        Ok(())
     }
 
     async fn cleanup(&mut self) {
@@ -381,14 +410,25 @@ impl Suite<'_> {
     }
 }
 
+/// Refused by the broker (`ACCESS_REFUSED`), as a sibling check requires; `done` says what the
+/// credential did instead.
+fn refused(attempt: lapin::Result<()>, done: impl FnOnce() -> String) -> Result<(), String> {
+    match attempt {
+        Err(e) if e.to_string().contains("ACCESS_REFUSED") => Ok(()),
+        Err(e) => Err(format!("failed, but not for want of permission: {e}")),
+        Ok(()) => Err(done()),
+    }
+}
+
 async fn declare_inbox(
     channel: &Channel,
-    (queue, key): (&str, &str),
+    (host, queue, key): (&str, &str, &str),
     queue_type: QueueType,
     max_length: i64,
 ) -> Result<(), String> {
     let arguments = topology::inbox_arguments(queue_type, max_length);
-    topology::declare_bound_queue(channel, queue, INBOX_EXCHANGE, key, arguments).await
+    let exchange = topology::host_exchange(host);
+    topology::declare_bound_queue(channel, queue, &exchange, key, arguments).await
 }
 
 async fn publish(
@@ -408,7 +448,7 @@ async fn publish(
     };
     let confirm = channel
         .basic_publish(
-            INBOX_EXCHANGE.into(),
+            SEND_EXCHANGE.into(),
             key.into(),
             options,
             b"fleetd contract check",

@@ -1,26 +1,30 @@
-//! Least-privilege broker grants for one fleet: its vhost, its user (no tags), its permissions,
-//! and for each admitted origin fleet an ingress exchange that origin may only write to.
+//! Least-privilege broker grants for one fleet: its vhost, its exchanges (the admin's), a user
+//! per host, and for each admitted origin fleet an ingress exchange that origin may only write
+//! to.
 //!
 //! | user → vhost | configure | write | read |
 //! |---|---|---|---|
-//! | `F` → `/F` | own objects | own objects — never `x.in.*`, never the default exchange | own objects + `x.in.*` |
+//! | `F.H` → `/F` (host `H`) | `H`'s queues | `fleet.send`, `roster`, `H`'s queues | `roster`, `host.H`, `H`'s queues |
+//! | `F` → `/F` (shared, every host) | the fleet's objects | the same | the same |
 //! | `O` → `/F` (admitted) | `^$` | `^x\.in\.O$` | `^$` |
 //!
-//! Both brokers match these regexes unanchored, so each is anchored here. The password is never
-//! on a command line: `rabbitmqctl add_user NAME` reads it from stdin.
+//! A host publishes into `fleet.send`, which no host may read: only the admin binds it, to each
+//! host's `host.H` with that host's keys. Binding a queue needs read on the exchange, so a host
+//! can bind its queues to `host.H` alone and never receive a copy of what is addressed to
+//! another host. Both brokers match these regexes unanchored, so each is anchored here. The
+//! password is never on a command line: `rabbitmqctl add_user NAME` reads it from stdin.
 
-use super::topology::ingress_exchange;
+use super::topology::{
+    INGRESS_BINDINGS, ROSTER_EXCHANGE, SEND_EXCHANGE, host_binding_keys, host_exchange,
+    ingress_exchange,
+};
 
-/// Objects a fleet's own user may configure and write: its exchanges, inboxes and gateway queues.
-pub const OWN_OBJECTS: &str = r"^(fleet\.(inbox|ctl)|roster|agent\..+\.inbox|gw\..+)$";
-/// What a fleet's own user may read: its objects and every ingress exchange (to bind it).
-pub const OWN_READ: &str = r"^(fleet\.(inbox|ctl)|roster|agent\..+\.inbox|gw\..+|x\.in\..+)$";
+/// Objects a shared fleet user may configure, write and read: the fleet's exchanges, every
+/// host's exchange and queues — never `x.in.*`, never the default exchange.
+pub const OWN_OBJECTS: &str = r"^(fleet\.send|roster|host\..+|agent\..+\.inbox|gw\..+)$";
 /// The fleet's own exchanges and their types, declared by the admin.
-pub const FLEET_EXCHANGES: [(&str, &str); 3] = [
-    (super::topology::INBOX_EXCHANGE, "direct"),
-    (super::topology::CTL_EXCHANGE, "direct"),
-    (super::topology::ROSTER_EXCHANGE, "topic"),
-];
+pub const FLEET_EXCHANGES: [(&str, &str); 2] =
+    [(SEND_EXCHANGE, "topic"), (ROSTER_EXCHANGE, "topic")];
 
 /// Deny-all pattern.
 pub const NOTHING: &str = "^$";
@@ -36,12 +40,13 @@ pub struct Permissions {
     pub read: String,
 }
 
-/// The own fleet's permissions on its vhost.
+/// A shared fleet user's permissions on its vhost: every host's objects, no isolation between
+/// the hosts that share it.
 pub fn own_permissions() -> Permissions {
     Permissions {
         configure: OWN_OBJECTS.to_owned(),
         write: OWN_OBJECTS.to_owned(),
-        read: OWN_READ.to_owned(),
+        read: OWN_OBJECTS.to_owned(),
     }
 }
 
@@ -71,16 +76,18 @@ fn host_queues(host: &str) -> String {
     format!(r"gw\.{h}\.(ctl|roster)|agent\.{h}\.[^.]+\.inbox")
 }
 
-/// A host user's permissions on its fleet's vhost: configure its own queues only (the fleet's
-/// exchanges are the admin's); write the fleet's exchanges (to send and to bind) and its own
-/// queues; read those, its own queues and the ingress exchanges (to bind). Never another host's
-/// queues: it can neither declare, bind, purge, delete nor consume them.
+/// A host user's permissions on its fleet's vhost: configure its own queues only (every
+/// exchange is the admin's); write `fleet.send` and `roster` (to send) and its own queues (to
+/// bind them); read `roster` and its own `host.H` (to bind from them) and its own queues. Never
+/// another host's queues or exchange, never `fleet.send` or an ingress exchange: it can neither
+/// consume another host's queues nor bind its own where another host's traffic passes.
 pub fn host_permissions(host: &str) -> Permissions {
     let own = host_queues(host);
+    let exchange = regex_escape(&host_exchange(host));
     Permissions {
         configure: format!("^({own})$"),
-        write: format!(r"^(fleet\.(inbox|ctl)|roster|{own})$"),
-        read: format!(r"^(fleet\.(inbox|ctl)|roster|x\.in\..+|{own})$"),
+        write: format!(r"^(fleet\.send|roster|{own})$"),
+        read: format!(r"^(roster|{exchange}|{own})$"),
     }
 }
 
@@ -104,8 +111,9 @@ pub enum Tool {
 /// only the right to open it (root or the LavinMQ user), as for `lavinmqctl` itself.
 pub const LAVINMQ_SOCKET: &str = "/tmp/lavinmqctl.sock";
 
-/// The commands that set up `fleet`, admitting `admits`, as a shell script to review and run.
-pub fn script(fleet: &str, admits: &[String], tool: Tool) -> String {
+/// The commands that set up `fleet`, admitting `admits` (with `shared`, also the shared fleet
+/// user `FLEET`), as a shell script to review and run.
+pub fn script(fleet: &str, admits: &[String], shared: bool, tool: Tool) -> String {
     let vhost = vhost(fleet);
     let ctl = match tool {
         Tool::Rabbitmqctl => "rabbitmqctl",
@@ -117,7 +125,7 @@ pub fn script(fleet: &str, admits: &[String], tool: Tool) -> String {
         out.push('\n');
     };
     line(format!(
-        "# fleet `{fleet}`: vhost {vhost}, user {fleet} without tags, least-privilege permissions"
+        "# fleet `{fleet}`: vhost {vhost} and its exchanges; each host's user comes from `fleetd broker grants --fleet {fleet} --host HOST`"
     ));
     if tool == Tool::Lavinmqctl {
         line(
@@ -129,75 +137,107 @@ pub fn script(fleet: &str, admits: &[String], tool: Tool) -> String {
         ));
     }
     line(format!("{ctl} add_vhost {}", quote(&vhost)));
-    match tool {
-        Tool::Rabbitmqctl => {
-            line("# reads the password from stdin; never put it on a command line".to_owned());
-            line(format!(
-                "rabbitmqctl add_user {} < /path/to/{fleet}.password",
-                quote(fleet)
-            ));
-            line(format!("rabbitmqctl set_user_tags {}", quote(fleet)));
+    if shared {
+        line(format!(
+            "# the shared user {fleet}, without tags: it reaches every host's queues and traffic (hosts sharing it are not isolated)"
+        ));
+        match tool {
+            Tool::Rabbitmqctl => {
+                line("# reads the password from stdin; never put it on a command line".to_owned());
+                line(format!(
+                    "rabbitmqctl add_user {} < /path/to/{fleet}.password",
+                    quote(fleet)
+                ));
+                line(format!("rabbitmqctl set_user_tags {}", quote(fleet)));
+            }
+            Tool::Lavinmqctl => {
+                // `lavinmqctl add_user NAME PASSWORD` takes the password as an argument: the user
+                // is made over the socket instead, its JSON read from a file.
+                line("# no tags; the password arrives as JSON on stdin, never on a command line: {\"password\":\"…\",\"tags\":\"\"}".to_owned());
+                line(format!(
+                    "curl -fsS --unix-socket \"$sock\" -H 'content-type: application/json' -X PUT --data-binary @- http://localhost/api/users/{fleet} < /path/to/{fleet}.user.json"
+                ));
+            }
         }
-        Tool::Lavinmqctl => {
-            // `lavinmqctl add_user NAME PASSWORD` takes the password as an argument: the user is
-            // made over the socket instead, its JSON read from a file.
-            line("# no tags; the password arrives as JSON on stdin, never on a command line: {\"password\":\"…\",\"tags\":\"\"}".to_owned());
-            line(format!(
-                "curl -fsS --unix-socket \"$sock\" -H 'content-type: application/json' -X PUT --data-binary @- http://localhost/api/users/{fleet} < /path/to/{fleet}.user.json"
-            ));
-        }
+        line(set_permissions(ctl, &vhost, fleet, &own_permissions()));
     }
-    line(set_permissions(ctl, &vhost, fleet, &own_permissions()));
     line(
         "# the fleet's exchanges, declared by the admin (host users may not configure them)"
             .to_owned(),
     );
     for (name, kind) in FLEET_EXCHANGES {
-        line(match tool {
-            Tool::Rabbitmqctl => format!(
-                "rabbitmqadmin --vhost={} declare exchange name={name} type={kind} durable=true   # or: fleetd broker grants --apply",
-                quote(&vhost)
-            ),
-            Tool::Lavinmqctl => format!(
-                "lavinmqctl create_exchange -p {} --durable {kind} {name}",
-                quote(&vhost)
-            ),
-        });
+        line(declare_exchange(tool, fleet, name, kind));
     }
     for origin in admits {
         let exchange = ingress_exchange(origin);
         line(format!(
-            "# admit fleet `{origin}`: an ingress exchange only the admin declares, write-only for {origin}"
+            "# admit fleet `{origin}`: an ingress exchange only the admin declares and binds, write-only for {origin}"
         ));
+        line(declare_exchange(tool, fleet, &exchange, "topic"));
+        for (destination, key) in INGRESS_BINDINGS {
+            line(bind_exchange(tool, fleet, (&exchange, destination), key));
+        }
+        if shared {
+            line(set_permissions(
+                ctl,
+                &vhost,
+                origin,
+                &admitted_permissions(origin),
+            ));
+        }
+        line(format!(
+            "# each host of {origin} gets write on {exchange} from: fleetd broker grants --fleet {origin} --host HOST --into {fleet}"
+        ));
+        let each = if shared {
+            format!("for each host HOST of {origin}, and for {origin} itself")
+        } else {
+            format!("for each host HOST of {origin}")
+        };
         line(match tool {
             Tool::Rabbitmqctl => format!(
-                "rabbitmqadmin --vhost={} declare exchange name={exchange} type=topic durable=true   # or: fleetd broker grants --apply",
-                quote(&vhost)
-            ),
-            Tool::Lavinmqctl => format!(
-                "lavinmqctl create_exchange -p {} --durable topic {exchange}",
-                quote(&vhost)
-            ),
-        });
-        line(set_permissions(
-            ctl,
-            &vhost,
-            origin,
-            &admitted_permissions(origin),
-        ));
-        line(match tool {
-            Tool::Rabbitmqctl => format!(
-                "# to revoke {origin} later: rabbitmqctl clear_permissions -p {} {}",
+                "# to revoke {origin} later: rabbitmqctl clear_permissions -p {} {origin}.HOST   # {each}",
                 quote(&vhost),
-                quote(origin)
             ),
             // lavinmqctl has no clear_permissions.
             Tool::Lavinmqctl => format!(
-                "# to revoke {origin} later: curl -fsS --unix-socket \"$sock\" -X DELETE http://localhost/api/permissions/%2F{fleet}/{origin}"
+                "# to revoke {origin} later: curl -fsS --unix-socket \"$sock\" -X DELETE http://localhost/api/permissions/%2F{fleet}/{origin}.HOST   # {each}"
             ),
         });
     }
     out
+}
+
+/// The admin's command that declares exchange `name` of type `kind` in `/fleet`.
+fn declare_exchange(tool: Tool, fleet: &str, name: &str, kind: &str) -> String {
+    let vhost = quote(&vhost(fleet));
+    match tool {
+        Tool::Rabbitmqctl => format!(
+            "rabbitmqadmin --vhost={vhost} declare exchange name={name} type={kind} durable=true   # or: fleetd broker grants --apply"
+        ),
+        Tool::Lavinmqctl => {
+            format!("lavinmqctl create_exchange -p {vhost} --durable {kind} {name}")
+        }
+    }
+}
+
+/// The admin's command that binds exchange `destination` to `source` with `key` in `/fleet`.
+fn bind_exchange(
+    tool: Tool,
+    fleet: &str,
+    (source, destination): (&str, &str),
+    key: &str,
+) -> String {
+    match tool {
+        Tool::Rabbitmqctl => format!(
+            "rabbitmqadmin --vhost={} declare binding source={source} destination={destination} destination_type=exchange routing_key={}   # or: fleetd broker grants --apply",
+            quote(&vhost(fleet)),
+            quote(key)
+        ),
+        // lavinmqctl has no bind command: the control socket's HTTP API.
+        Tool::Lavinmqctl => format!(
+            "curl -fsS --unix-socket \"$sock\" -H 'content-type: application/json' -X POST --data '{{\"routing_key\":\"{key}\"}}' http://localhost/api/bindings/%2F{fleet}/e/{source}/e/{destination}"
+        ),
+    }
 }
 
 fn set_permissions(ctl: &str, vhost: &str, user: &str, p: &Permissions) -> String {
@@ -271,6 +311,20 @@ pub fn host_script(fleet: &str, host: &str, into: &[String], tool: Tool) -> Stri
         &host_permissions(host),
     ));
     out.push('\n');
+    let exchange = host_exchange(host);
+    out.push_str(&format!(
+        "# the admin: host `{host}`'s own exchange, bound from fleet.send with its keys only\n{}\n",
+        declare_exchange(tool, fleet, &exchange, "topic")
+    ));
+    for key in host_binding_keys(host) {
+        out.push_str(&bind_exchange(
+            tool,
+            fleet,
+            (SEND_EXCHANGE, &exchange),
+            &key,
+        ));
+        out.push('\n');
+    }
     for target in into {
         out.push_str(&format!(
             "# into fleet `{target}` (its grants admit `{fleet}`): write on x.in.{fleet} only\n"
@@ -320,14 +374,29 @@ mod tests {
                 "{sibling}"
             );
         }
-        for exchange in ["fleet.inbox", "fleet.ctl", "roster"] {
-            assert!(!configure.is_match(exchange), "the admin's: {exchange}");
+        // It sends into the fleet's exchanges but may bind only from its own: never from
+        // `fleet.send`, another host's exchange or an ingress exchange.
+        for exchange in ["fleet.send", "roster"] {
             assert!(
-                write.is_match(exchange) && read.is_match(exchange),
+                !configure.is_match(exchange) && write.is_match(exchange),
                 "{exchange}"
             );
         }
-        assert!(read.is_match("x.in.mac") && !write.is_match("x.in.mac"));
+        assert!(read.is_match("roster") && read.is_match("host.w1.lab"));
+        for foreign in [
+            "fleet.send",
+            "host.w1",
+            "host.w1.lab.x",
+            "host.w1xlab",
+            "host.w2",
+            "x.in.mac",
+        ] {
+            assert!(
+                !configure.is_match(foreign) && !read.is_match(foreign),
+                "{foreign}"
+            );
+        }
+        assert!(!write.is_match("x.in.mac") && !write.is_match("host.w1.lab"));
         assert_eq!(host_user("fleet01", "w1.lab"), "fleet01.w1.lab");
         assert_eq!(
             split_host_user("fleet01.w1.lab"),
@@ -340,6 +409,21 @@ mod tests {
             script.contains(r"set_permissions -p /mac fleet01.w1.lab '^$' '^x\.in\.fleet01$' '^$'"),
             "{script}"
         );
+        for line in [
+            "rabbitmqadmin --vhost=/fleet01 declare exchange name=host.w1.lab type=topic durable=true",
+            "declare binding source=fleet.send destination=host.w1.lab destination_type=exchange routing_key=ctl.w1.lab ",
+            "declare binding source=fleet.send destination=host.w1.lab destination_type=exchange routing_key='agent.w1.lab.*' ",
+        ] {
+            assert!(script.contains(line), "{line} in {script}");
+        }
+        let lavin = host_script("fleet01", "w1.lab", &[], Tool::Lavinmqctl);
+        for line in [
+            "lavinmqctl create_exchange -p /fleet01 --durable topic host.w1.lab",
+            r#"--data '{"routing_key":"ctl.w1.lab"}' http://localhost/api/bindings/%2Ffleet01/e/fleet.send/e/host.w1.lab"#,
+            r#"--data '{"routing_key":"agent.w1.lab.*"}' http://localhost/api/bindings/%2Ffleet01/e/fleet.send/e/host.w1.lab"#,
+        ] {
+            assert!(lavin.contains(line), "{line} in {lavin}");
+        }
     }
 
     #[test]
@@ -352,9 +436,8 @@ mod tests {
     }
 
     #[test]
-    fn own_permissions_never_cover_ingress_or_the_default_exchange() {
+    fn shared_fleet_users_never_cover_ingress_or_the_default_exchange() {
         let own = regex::Regex::new(OWN_OBJECTS).unwrap();
-        let read = regex::Regex::new(OWN_READ).unwrap();
         for denied in [
             "x.in.mac",
             "",
@@ -362,23 +445,64 @@ mod tests {
             "amq.topic",
             "other",
             "agent.x.inboxes",
+            "fleet.inbox",
         ] {
-            assert!(
-                !own.is_match(denied),
-                "write/configure must not match `{denied}`"
-            );
+            assert!(!own.is_match(denied), "must not match `{denied}`");
         }
         for allowed in [
-            "fleet.inbox",
-            "fleet.ctl",
+            "fleet.send",
             "roster",
-            "agent.0190-ab.inbox",
+            "host.laptop",
+            "agent.laptop.0190-ab.inbox",
             "gw.laptop.ctl",
             "gw.laptop.roster",
         ] {
             assert!(own.is_match(allowed), "{allowed}");
         }
-        assert!(read.is_match("x.in.mac") && !read.is_match(""));
+    }
+
+    #[test]
+    fn host_binding_keys_match_no_other_hosts_keys() {
+        // Topic semantics: `*` is one word, `#` any number; keys split on dots.
+        fn matches(pattern: &str, key: &str) -> bool {
+            fn go(p: &[&str], k: &[&str]) -> bool {
+                match (p.split_first(), k.split_first()) {
+                    (None, None) => true,
+                    (Some((&"#", rest)), _) => {
+                        go(rest, k) || k.split_first().is_some_and(|(_, kr)| go(p, kr))
+                    }
+                    (Some((&"*", pr)), Some((_, kr))) => go(pr, kr),
+                    (Some((pw, pr)), Some((kw, kr))) => pw == kw && go(pr, kr),
+                    _ => false,
+                }
+            }
+            go(
+                &pattern.split('.').collect::<Vec<_>>(),
+                &key.split('.').collect::<Vec<_>>(),
+            )
+        }
+        let hosts = ["w1", "w1.lab", "lab", "w1.lab.x", "ctl", "agent"];
+        let id = "0190ab12-0000-7000-8000-000000000001";
+        for owner in hosts {
+            let keys = [
+                super::super::topology::control_key(owner),
+                super::super::topology::agent_key(owner, id),
+            ];
+            for host in hosts {
+                for key in &keys {
+                    let hit = host_binding_keys(host).iter().any(|p| matches(p, key));
+                    assert_eq!(hit, host == owner, "host {host}'s keys vs {key}");
+                }
+            }
+            // Unknown host: `agent.ID` reaches nobody.
+            for pattern in host_binding_keys(owner) {
+                assert!(!matches(&pattern, &format!("agent.{id}")), "{pattern}");
+            }
+        }
+        // An ingress exchange routes control messages and beats only.
+        assert!(matches(INGRESS_BINDINGS[0].1, "ctl.w1.lab"));
+        assert!(!matches(INGRESS_BINDINGS[0].1, &format!("agent.w1.{id}")));
+        assert!(matches(INGRESS_BINDINGS[1].1, "roster.w1"));
     }
 
     /// Splits a shell line into words (single and double quotes; an unquoted `#` starts a
@@ -421,7 +545,12 @@ mod tests {
 
     #[test]
     fn the_lavinmq_script_follows_lavinmqctl_and_the_control_socket_api() {
-        let text = script("f1", &["f2".to_owned(), "f3".to_owned()], Tool::Lavinmqctl);
+        let text = script(
+            "f1",
+            &["f2".to_owned(), "f3".to_owned()],
+            true,
+            Tool::Lavinmqctl,
+        );
         let mut seen = Vec::new();
         for line in text.lines() {
             let words = words(line);
@@ -449,15 +578,10 @@ mod tests {
                     }
                     assert_eq!(args.len(), *positionals, "{line}");
                     if command == "create_exchange" {
-                        let expected = FLEET_EXCHANGES
-                            .iter()
-                            .find(|(name, _)| *name == args[1])
-                            .map_or("topic", |(_, kind)| kind);
-                        assert_eq!(args[0], expected, "type first, then the name: {line}");
+                        assert_eq!(args[0], "topic", "type first, then the name: {line}");
                         assert!(
                             args[1].starts_with("x.in.f")
-                                || expected != "topic"
-                                || args[1] == "roster",
+                                || FLEET_EXCHANGES.iter().any(|(name, _)| *name == args[1]),
                             "{line}"
                         );
                         assert!(words.contains(&"--durable".to_owned()), "{line}");
@@ -471,7 +595,21 @@ mod tests {
                         !words.contains(&"-u".to_owned()),
                         "no admin password: {line}"
                     );
-                    assert_eq!(words[words.len() - 1], "http://localhost/api/users/f1");
+                    let url = &words[words.len() - 1];
+                    if let Some(path) = url.strip_prefix("http://localhost/api/bindings/%2Ff1/e/") {
+                        // BindingsController: POST /api/bindings/:vhost/e/:name/e/:destination
+                        // with {"routing_key": …}; :name is the source.
+                        let at = words.iter().position(|w| w == "--data").unwrap();
+                        let body: serde_json::Value = serde_json::from_str(&words[at + 1]).unwrap();
+                        let key = body["routing_key"].as_str().unwrap();
+                        let (source, destination) = path.split_once("/e/").unwrap();
+                        assert!(source.starts_with("x.in.f"), "{line}");
+                        assert!(INGRESS_BINDINGS.contains(&(destination, key)), "{line}");
+                        assert!(words.contains(&"POST".to_owned()), "{line}");
+                        seen.push("bind".to_owned());
+                        continue;
+                    }
+                    assert_eq!(url, "http://localhost/api/users/f1");
                     assert!(
                         line.contains("--data-binary @- ")
                             && line.ends_with("< /path/to/f1.user.json")
@@ -491,9 +629,12 @@ mod tests {
                 "create_exchange",
                 "create_exchange",
                 "create_exchange",
-                "create_exchange",
+                "bind",
+                "bind",
                 "set_permissions",
                 "create_exchange",
+                "bind",
+                "bind",
                 "set_permissions"
             ]
         );
@@ -513,7 +654,7 @@ mod tests {
                     "$sock",
                     "-X",
                     "DELETE",
-                    &format!("http://localhost/api/permissions/%2Ff1/{origin}")
+                    &format!("http://localhost/api/permissions/%2Ff1/{origin}.HOST")
                 ]
             );
         }
@@ -522,7 +663,7 @@ mod tests {
     #[test]
     fn script_never_holds_a_password_and_quotes_patterns() {
         for tool in [Tool::Rabbitmqctl, Tool::Lavinmqctl] {
-            let text = script("fleet01", &["mac".to_owned()], tool);
+            let text = script("fleet01", &["mac".to_owned()], true, tool);
             assert!(text.contains(r"'^x\.in\.mac$'"), "{text}");
             assert!(
                 text.contains("set_permissions -p /fleet01 fleet01"),
@@ -532,6 +673,15 @@ mod tests {
                 !text.to_lowercase().contains("password\":\"") || text.contains("…"),
                 "{text}"
             );
+            // Without --shared-user: no fleet-wide user, no permission for any user; the
+            // exchanges and the admitted fleet's ingress are still there.
+            let hosts_only = script("fleet01", &["mac".to_owned()], false, tool);
+            for absent in ["add_user", "/api/users/", "set_permissions"] {
+                assert!(!hosts_only.contains(absent), "{absent} in {hosts_only}");
+            }
+            for present in ["fleet.send", "x.in.mac", "--host HOST --into fleet01"] {
+                assert!(hosts_only.contains(present), "{present} in {hosts_only}");
+            }
         }
     }
 }

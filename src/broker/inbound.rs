@@ -140,21 +140,13 @@ impl Inbound {
         }
     }
 
-    /// Whether an envelope for `dest` of `kind` from `origin_fleet` is for this gateway: its
-    /// fleet always, its host exactly — or no host for a presence beat (to the whole fleet) and
-    /// for an agent message within the fleet whose sender did not know the agent's host (the
-    /// broker routes it by agent id to the one inbox of that agent, which only its own host
-    /// consumes; a cross-fleet message always names the host).
-    fn addressed_here(&self, dest: &Party, kind: Kind, origin_fleet: &str) -> bool {
-        if dest.fleet != self.own_fleet {
-            return false;
-        }
-        if dest.host == self.own_host {
-            return true;
-        }
-        dest.host.is_empty()
-            && (kind == Kind::PresenceBeat
-                || (kind == Kind::AgentMessage && origin_fleet == self.own_fleet))
+    /// Whether an envelope for `dest` of `kind` is for this gateway: its fleet always, its host
+    /// exactly — or no host for a presence beat (to the whole fleet). An agent message always
+    /// names its host: the broker routes it by host (`agent.HOST.ID`), and one whose sender did
+    /// not know the host is routed nowhere.
+    fn addressed_here(&self, dest: &Party, kind: Kind) -> bool {
+        dest.fleet == self.own_fleet
+            && (dest.host == self.own_host || (dest.host.is_empty() && kind == Kind::PresenceBeat))
     }
 
     /// The allowed clock skew, milliseconds.
@@ -209,7 +201,7 @@ impl Inbound {
             skew_ms: self.skew_ms,
         };
         match verify_authentic(&sealed, &self.pins, window) {
-            Ok(_) if !self.addressed_here(&sealed.meta.dest, sealed.meta.kind, &fleet) => {
+            Ok(_) if !self.addressed_here(&sealed.meta.dest, sealed.meta.kind) => {
                 Err(InboundRefusal::Misaddressed {
                     dest: sealed.meta.dest.clone(),
                     meta: Box::new(sealed.meta),

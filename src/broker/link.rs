@@ -22,7 +22,7 @@ use tracing::{debug, error, info, warn};
 use super::deliver::{Courier, Outlets, Pump};
 use super::envelope;
 use super::inbound::{Inbound, InboundRefusal};
-use super::topology::{self, CTL_EXCHANGE, QueueType, ROSTER_EXCHANGE};
+use super::topology::{self, QueueType, ROSTER_EXCHANGE};
 use super::{ConnectError, confirm_channel, connect_node};
 use crate::roster::{Change, HostId, Roster};
 use crate::secret::BrokerUri;
@@ -150,8 +150,6 @@ pub struct LinkSettings {
     pub backoff_cap: Duration,
     /// Classic or quorum queues.
     pub queue_type: QueueType,
-    /// Origin fleets whose ingress exchange the control queue is bound to (key `ctl.HOST`).
-    pub admit: Vec<String>,
     /// Other fleets this host beats its presence into (through their `x.in.OWN`).
     pub beat_to: Vec<String>,
 }
@@ -295,33 +293,23 @@ pub fn backoff(failures: u32, cap: Duration) -> Duration {
     delay / 2 + delay.mul_f64(f64::from(jitter) / f64::from(u16::MAX) / 2.0)
 }
 
-/// Declares the fleet exchanges and this host's control queue (idempotent).
+/// Looks up the fleet's exchanges and this host's own exchange, and declares this host's control
+/// and roster queues. The control queue is bound from `host.HOST` only: what other fleets send
+/// reaches it through their ingress exchanges, which the admin binds to `fleet.send`
+/// (`fleetd broker grants --admit`), so a host needs no right on any ingress exchange.
 async fn declare(connection: &Connection, settings: &LinkSettings) -> Result<(), String> {
-    let channel = topology::ensure_exchanges(connection).await?;
+    let channel = topology::ensure_exchanges(connection, &settings.host).await?;
     let queue = format!("gw.{}.ctl", settings.host);
     let arguments = topology::inbox_arguments(settings.queue_type, topology::DEFAULT_MAX_LENGTH);
     topology::declare_bound_queue(
         &channel,
         &queue,
-        CTL_EXCHANGE,
-        &settings.host,
-        arguments.clone(),
+        &topology::host_exchange(&settings.host),
+        &topology::control_key(&settings.host),
+        arguments,
     )
     .await?;
-    let key = format!("ctl.{}", settings.host);
-    for origin in &settings.admit {
-        // The admin declares `x.in.ORIGIN` (`fleetd broker grants --admit`); binding needs read on
-        // it and write on the queue, both in the own fleet's grant.
-        let exchange = topology::ingress_exchange(origin);
-        topology::declare_bound_queue(&channel, &queue, &exchange, &key, arguments.clone()).await?;
-    }
-    let mut bindings = vec![(ROSTER_EXCHANGE.to_owned(), "roster.#".to_owned())];
-    bindings.extend(
-        settings
-            .admit
-            .iter()
-            .map(|o| (topology::ingress_exchange(o), "roster.#".to_owned())),
-    );
+    let bindings = vec![(ROSTER_EXCHANGE.to_owned(), "roster.#".to_owned())];
     let roster = format!("gw.{}.roster", settings.host);
     let declared =
         topology::declare_roster_queue(&channel, &roster, settings.queue_type, &bindings).await;
@@ -642,8 +630,8 @@ impl Served<'_> {
             topology::declare_bound_queue(
                 channel,
                 &queue,
-                topology::INBOX_EXCHANGE,
-                &id.to_string(),
+                &topology::host_exchange(&self.settings.host),
+                &topology::agent_key(&self.settings.host, &id.to_string()),
                 arguments.clone(),
             )
             .await?;

@@ -1,16 +1,48 @@
 //! Names and arguments of the fleet topology (DESIGN.md "Broker topology"), one place.
 
-use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
+use lapin::options::{
+    ExchangeBindOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
+};
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{Channel, ExchangeKind};
 
-/// Direct exchange every agent inbox is bound to (no alternate exchange: `mandatory` must see a
-/// missing inbox).
-pub const INBOX_EXCHANGE: &str = "fleet.inbox";
-/// Direct exchange for gateway control queues.
-pub const CTL_EXCHANGE: &str = "fleet.ctl";
+/// Topic exchange every host of the fleet publishes into: key `ctl.HOST` for a gateway's
+/// control queue, `agent.HOST.ID` for an agent's inbox. No host may read it (so none may bind a
+/// queue to it); the admin binds it to each host's own exchange (no alternate exchange:
+/// `mandatory` must see a missing inbox or host).
+pub const SEND_EXCHANGE: &str = "fleet.send";
 /// Topic exchange for presence beats.
 pub const ROSTER_EXCHANGE: &str = "roster";
+
+/// Host `host`'s own exchange, bound by the admin from [`SEND_EXCHANGE`] with
+/// [`host_binding_keys`]: only that host may read it, so only it can bind a queue there, and
+/// what is addressed to another host never reaches a queue it could bind.
+pub fn host_exchange(host: &str) -> String {
+    format!("host.{host}")
+}
+
+/// The keys [`SEND_EXCHANGE`] is bound to [`host_exchange`] with: the host's control key and
+/// its agents' keys. A topic `*` is exactly one word and an agent id has no dot, so
+/// `agent.H.*` matches no other host's keys, even when host names contain dots.
+pub fn host_binding_keys(host: &str) -> [String; 2] {
+    [control_key(host), format!("agent.{host}.*")]
+}
+
+/// The routing key of host `host`'s control queue, in its own fleet and in an ingress exchange.
+pub fn control_key(host: &str) -> String {
+    format!("ctl.{host}")
+}
+
+/// The routing key of agent `id`'s inbox on host `host`.
+pub fn agent_key(host: &str, id: &str) -> String {
+    format!("agent.{host}.{id}")
+}
+
+/// The keys an ingress exchange `x.in.O` is bound to the fleet's exchanges with, by the admin:
+/// control messages into [`SEND_EXCHANGE`], beats into [`ROSTER_EXCHANGE`]. Nothing else an
+/// origin publishes is routed.
+pub const INGRESS_BINDINGS: [(&str, &str); 2] =
+    [(SEND_EXCHANGE, "ctl.#"), (ROSTER_EXCHANGE, "roster.#")];
 
 /// Longest queue an inbox or control queue may grow to before publishes are refused.
 pub const DEFAULT_MAX_LENGTH: i64 = 10_000;
@@ -62,11 +94,15 @@ pub fn inbox_arguments(queue_type: QueueType, max_length: i64) -> FieldTable {
     args
 }
 
-/// Makes sure the fleet's three exchanges exist and returns a channel to go on with. They are
-/// the admin's (`fleetd broker grants --fleet F --apply` declares them), so they are first
-/// looked up passively — a host user may not configure them; only when one is missing are they
-/// declared, which a fleet user may do.
-pub async fn ensure_exchanges(connection: &lapin::Connection) -> Result<Channel, String> {
+/// Makes sure the fleet's exchanges and host `host`'s own exchange exist and returns a channel
+/// to go on with. They are the admin's (`fleetd broker grants --fleet F --host H --apply`
+/// declares them and binds `fleet.send` to `host.H`), so they are first looked up passively — a
+/// host user may neither configure them nor bind between them; only when one is missing are
+/// they declared and bound, which only a shared fleet user may do.
+pub async fn ensure_exchanges(
+    connection: &lapin::Connection,
+    host: &str,
+) -> Result<Channel, String> {
     let open = || async {
         connection
             .create_channel()
@@ -74,14 +110,14 @@ pub async fn ensure_exchanges(connection: &lapin::Connection) -> Result<Channel,
             .map_err(|e| format!("open a channel: {e}"))
     };
     let channel = open().await?;
-    if declare_with(&channel, true).await.is_ok() {
+    if declare_with(&channel, host, true).await.is_ok() {
         return Ok(channel);
     }
     // The failed lookup closed that channel.
     let channel = open().await?;
-    declare_with(&channel, false).await.map_err(|e| {
+    declare_with(&channel, host, false).await.map_err(|e| {
         if e.contains("ACCESS_REFUSED") {
-            format!("{e} (the fleet's exchanges are missing and this credential may not declare them: run `fleetd broker grants --fleet FLEET --apply`)")
+            format!("{e} (the fleet's exchanges or this host's `host.{host}` are missing, and this credential may not declare them: run `fleetd broker grants --fleet FLEET --apply` and `fleetd broker grants --fleet FLEET --host {host} --apply`)")
         } else {
             e
         }
@@ -89,27 +125,45 @@ pub async fn ensure_exchanges(connection: &lapin::Connection) -> Result<Channel,
     Ok(channel)
 }
 
-/// Declares the fleet's three exchanges (idempotent).
-pub async fn declare_exchanges(channel: &Channel) -> Result<(), String> {
-    declare_with(channel, false).await
+/// Declares the fleet's exchanges and host `host`'s, bound (idempotent; a shared fleet user's
+/// or the admin's right).
+pub async fn declare_exchanges(channel: &Channel, host: &str) -> Result<(), String> {
+    declare_with(channel, host, false).await
 }
 
-/// Declares (or, `passive`, looks up) the fleet's three exchanges.
-async fn declare_with(channel: &Channel, passive: bool) -> Result<(), String> {
+/// Declares (or, `passive`, looks up) the fleet's two exchanges and `host.HOST`; declaring also
+/// binds `fleet.send` to `host.HOST`.
+async fn declare_with(channel: &Channel, host: &str, passive: bool) -> Result<(), String> {
     let durable = ExchangeDeclareOptions {
         durable: true,
         passive,
         ..ExchangeDeclareOptions::default()
     };
-    for (name, kind) in [
-        (INBOX_EXCHANGE, ExchangeKind::Direct),
-        (CTL_EXCHANGE, ExchangeKind::Direct),
-        (ROSTER_EXCHANGE, ExchangeKind::Topic),
-    ] {
+    let own = host_exchange(host);
+    for name in [SEND_EXCHANGE, ROSTER_EXCHANGE, own.as_str()] {
         channel
-            .exchange_declare(name.into(), kind, durable, FieldTable::default())
+            .exchange_declare(
+                name.into(),
+                ExchangeKind::Topic,
+                durable,
+                FieldTable::default(),
+            )
             .await
             .map_err(|e| format!("declare exchange `{name}`: {e}"))?;
+    }
+    if !passive {
+        for key in host_binding_keys(host) {
+            channel
+                .exchange_bind(
+                    own.as_str().into(),
+                    SEND_EXCHANGE.into(),
+                    key.as_str().into(),
+                    ExchangeBindOptions::default(),
+                    FieldTable::default(),
+                )
+                .await
+                .map_err(|e| format!("bind `{own}` to `{SEND_EXCHANGE}` with `{key}`: {e}"))?;
+        }
     }
     Ok(())
 }

@@ -17,9 +17,10 @@ use crate::secret::{self, BROKER_URI, BrokerUri, SecretName, SecretSpec};
 /// `fleetd broker …`.
 #[derive(Debug, Subcommand)]
 pub enum BrokerCommand {
-    /// Print (or, with --apply, run) the broker commands for a fleet's vhost, user and grants.
+    /// Print (or, with --apply, run) the broker commands for a fleet's vhost, exchanges and
+    /// admitted fleets, or (--host) for one host's user.
     Grants {
-        /// The fleet (vhost `/FLEET`, user `FLEET`).
+        /// The fleet (vhost `/FLEET`).
         #[arg(long)]
         fleet: String,
         /// An origin fleet this fleet's vhost admits (write on `x.in.ORIGIN` only); repeatable.
@@ -33,16 +34,21 @@ pub enum BrokerCommand {
         /// repeatable.
         #[arg(long = "into", value_name = "FLEET", requires = "host")]
         into: Vec<String>,
+        /// Also a user `FLEET` shared by every host of the fleet (password needed): it reaches
+        /// every host's queues and traffic, so hosts sharing it are not isolated from each
+        /// other. For fleets not yet moved to host users.
+        #[arg(long, conflicts_with = "host")]
+        shared_user: bool,
         /// The broker CLI the printed commands are for.
         #[arg(long, value_enum, default_value_t = ToolArg::Rabbitmqctl)]
         tool: ToolArg,
-        /// Run them with rabbitmqctl (the fleet password from --password-file or stdin).
+        /// Run them with rabbitmqctl (a user's password from --password-file or stdin).
         #[arg(long)]
         apply: bool,
-        /// A file (e.g. a credential) holding the fleet user's password; default: stdin.
+        /// A file (e.g. a credential) holding the new user's password; default: stdin.
         #[arg(long, value_name = "PATH")]
         password_file: Option<PathBuf>,
-        /// The variable holding an admin AMQP URI (declares ingress exchanges); also looked up as
+        /// The variable holding an admin AMQP URI (declares exchanges and binds them); also looked up as
         /// the credential or keyring entry `broker-admin-uri`.
         #[arg(long, value_name = "VAR", default_value = "FLEETD_ADMIN_URI")]
         admin_uri_env: String,
@@ -110,6 +116,7 @@ pub(super) fn run(command: &BrokerCommand, config: Option<&Path>, out: &Output) 
             admits,
             host,
             into,
+            shared_user,
             tool,
             apply,
             password_file,
@@ -133,7 +140,7 @@ pub(super) fn run(command: &BrokerCommand, config: Option<&Path>, out: &Output) 
                 };
                 let script = match host {
                     Some(host) => grants::host_script(fleet, host, into, tool),
-                    None => grants::script(fleet, admits, tool),
+                    None => grants::script(fleet, admits, *shared_user, tool),
                 };
                 out.line(script.trim_end());
                 return exit::code(exit::OK);
@@ -154,12 +161,12 @@ pub(super) fn run(command: &BrokerCommand, config: Option<&Path>, out: &Output) 
                     (fleet, host),
                     into,
                     password_file.as_deref(),
-                    &ctl,
+                    (admin_uri_env, &ctl),
                     out,
                 ));
             }
             runtime.block_on(apply_grants(
-                fleet,
+                (fleet, *shared_user),
                 admits,
                 password_file.as_deref(),
                 (admin_uri_env, &ctl),
@@ -203,7 +210,7 @@ async fn apply_host_grants(
     fleet_host: (&str, &str),
     into: &[String],
     password_file: Option<&Path>,
-    ctl: &broker::Rabbitmqctl,
+    (admin_env, ctl): (&str, &broker::Rabbitmqctl),
     out: &Output,
 ) -> ExitCode {
     let password = match read_password(password_file) {
@@ -213,8 +220,12 @@ async fn apply_host_grants(
             return exit::code(exit::USAGE);
         }
     };
+    let admin = match resolve_uri("broker-admin-uri", Some(admin_env), out) {
+        Some(uri) => uri,
+        None => return exit::code(exit::FAILED),
+    };
     report(
-        broker::apply_host(fleet_host, into, &password, ctl).await,
+        broker::apply_host(fleet_host, into, &password, (&admin, ctl)).await,
         out,
     )
 }
@@ -236,25 +247,29 @@ fn report(result: Result<Vec<String>, broker::ApplyError>, out: &Output) -> Exit
 }
 
 async fn apply_grants(
-    fleet: &str,
+    (fleet, shared_user): (&str, bool),
     admits: &[String],
     password_file: Option<&Path>,
     (admin_env, ctl): (&str, &broker::Rabbitmqctl),
     out: &Output,
 ) -> ExitCode {
-    let password = match read_password(password_file) {
-        Ok(password) => password,
-        Err(message) => {
-            out.note(&format!("error: {message}"));
-            return exit::code(exit::USAGE);
+    let password = if shared_user {
+        match read_password(password_file) {
+            Ok(password) => Some(password),
+            Err(message) => {
+                out.note(&format!("error: {message}"));
+                return exit::code(exit::USAGE);
+            }
         }
+    } else {
+        None
     };
     let admin = match resolve_uri("broker-admin-uri", Some(admin_env), out) {
         Some(uri) => uri,
         None => return exit::code(exit::FAILED),
     };
     report(
-        broker::apply(fleet, admits, &password, &admin, ctl).await,
+        broker::apply(fleet, admits, password.as_ref(), &admin, ctl).await,
         out,
     )
 }
@@ -276,7 +291,7 @@ fn read_password(file: Option<&Path>) -> Result<SecretString, String> {
     }
     let password = text.trim_end_matches(['\n', '\r']);
     if password.is_empty() {
-        return Err("the fleet password is empty".to_owned());
+        return Err("the password is empty".to_owned());
     }
     Ok(SecretString::from(password))
 }

@@ -354,11 +354,15 @@ impl Fabric {
             host: config.host.clone(),
         };
         let inbound = Arc::new(Inbound::new(&me, pins, skew_ms, Arc::clone(state)));
+        if !config.broker.admit.is_empty() {
+            warn!(
+                "`broker.admit` is no longer read: the admin binds each admitted fleet's x.in.O to this fleet (`fleetd broker grants --fleet F --admit O --apply`); remove it from the config"
+            );
+        }
         let settings = LinkSettings {
             host: config.host.clone(),
             backoff_cap: config.broker.backoff_cap,
             queue_type: config.broker.queue_type,
-            admit: config.broker.admit.clone(),
             beat_to: config
                 .peers
                 .fleets()

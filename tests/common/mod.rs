@@ -31,9 +31,25 @@ pub fn nonce() -> u128 {
         % 1_000_000_000
 }
 
-/// Applies `fleetd broker grants --apply` for `fleet`, admitting `admits`, with `password` on stdin.
+/// Applies `fleetd broker grants --shared-user --apply` for `fleet`, admitting `admits`: the
+/// vhost, its exchanges and the shared fleet user `FLEET` with `password` (on stdin).
 pub fn grants(fleet: &str, admits: &[&str], password: &str) {
     grants_on(None, fleet, admits, password);
+}
+
+/// Applies `fleetd broker grants --apply` for `fleet`, admitting `admits`: the vhost and its
+/// exchanges, no user (each host gets its own with [`host_grants`]).
+pub fn fleet_grants(fleet: &str, admits: &[&str]) {
+    let mut args = vec!["broker", "grants", "--fleet", fleet, "--apply"];
+    for origin in admits {
+        args.extend_from_slice(&["--admit", origin]);
+    }
+    run_grants(
+        &args,
+        Some("amqp://guest:guest@127.0.0.1:5672/"),
+        None,
+        &format!("grants for {fleet}"),
+    );
 }
 
 /// Applies `fleetd broker grants --fleet FLEET --host HOST --apply` (the host user
@@ -48,32 +64,39 @@ pub fn host_grants(fleet: &str, host: &str, into: &[&str], password: &str) {
     }
     run_grants(
         &args,
-        None,
-        password,
+        Some("amqp://guest:guest@127.0.0.1:5672/"),
+        Some(password),
         &format!("host grants for {fleet}.{host}"),
     );
 }
 
-/// Runs `fleetd ARGS` (a `broker grants --apply`) with `password` on stdin and the admin URI
-/// `admin`, if any; panics naming `what` unless it succeeds without echoing the password.
-fn run_grants(args: &[&str], admin: Option<&str>, password: &str, what: &str) {
+/// Runs `fleetd ARGS` (a `broker grants --apply`) with `password`, if any, on stdin and the
+/// admin URI `admin`, if any; panics naming `what` unless it succeeds without echoing the
+/// password.
+fn run_grants(args: &[&str], admin: Option<&str>, password: Option<&str>, what: &str) {
     let mut command = Command::new(BIN);
     command.args(args);
     if let Some(admin) = admin {
         command.env("FLEETD_ADMIN_URI", admin);
     }
     let mut child = command
-        .stdin(Stdio::piped())
+        .stdin(if password.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(format!("{password}\n").as_bytes())
-        .unwrap();
+    if let Some(password) = password {
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(format!("{password}\n").as_bytes())
+            .unwrap();
+    }
     let output = child.wait_with_output().unwrap();
     let text = format!(
         "{}{}",
@@ -85,7 +108,7 @@ fn run_grants(args: &[&str], admin: Option<&str>, password: &str, what: &str) {
         "{what} (is RabbitMQ running and rabbitmqctl usable? scripts/test starts it): {text}"
     );
     assert!(
-        !text.contains(password),
+        password.is_none_or(|p| !text.contains(p)),
         "the password leaked into the grants output: {text}"
     );
 }
@@ -93,7 +116,14 @@ fn run_grants(args: &[&str], admin: Option<&str>, password: &str, what: &str) {
 /// [`grants`] on the default node, or with `Some((node, admin_uri))` through
 /// `rabbitmqctl -n NODE` and that admin URI (a cluster).
 pub fn grants_on(on: Option<(&str, &str)>, fleet: &str, admits: &[&str], password: &str) {
-    let mut args = vec!["broker", "grants", "--fleet", fleet, "--apply"];
+    let mut args = vec![
+        "broker",
+        "grants",
+        "--fleet",
+        fleet,
+        "--shared-user",
+        "--apply",
+    ];
     for origin in admits {
         args.extend_from_slice(&["--admit", origin]);
     }
@@ -104,7 +134,12 @@ pub fn grants_on(on: Option<(&str, &str)>, fleet: &str, admits: &[&str], passwor
         }
         None => "amqp://guest:guest@127.0.0.1:5672/",
     };
-    run_grants(&args, Some(admin), password, &format!("grants for {fleet}"));
+    run_grants(
+        &args,
+        Some(admin),
+        Some(password),
+        &format!("grants for {fleet}"),
+    );
 }
 
 /// Removes test fleets' vhosts and users and kills their daemons, even when a test fails.

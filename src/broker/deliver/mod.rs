@@ -23,7 +23,7 @@ use tokio::sync::Notify;
 use uuid::Uuid;
 
 use super::envelope::OutboxRecord;
-use super::topology::{CTL_EXCHANGE, INBOX_EXCHANGE, ingress_exchange};
+use super::topology::{SEND_EXCHANGE, agent_key, control_key, ingress_exchange};
 use crate::agent::Registry;
 use crate::state::{Incoming, StateError, StateStore, Taken};
 use crate::wire::{
@@ -206,28 +206,29 @@ impl Courier {
         self.release_held(id, DeliveryState::Delivered, None)
     }
 
-    /// Where an envelope for `dest` (agent `agent`, if it is for one) is published: an agent of
-    /// this fleet through its inbox; a gateway of this fleet through `fleet.ctl`; anything in
-    /// another fleet through that fleet's `x.in.OWN`, to the owning gateway's control queue.
+    /// Where an envelope for `dest` (agent `agent`, if it is for one) is published: anything in
+    /// this fleet through `fleet.send`, with key `agent.HOST.ID` for an agent's inbox and
+    /// `ctl.HOST` for a gateway; anything in another fleet through that fleet's `x.in.OWN`, to
+    /// the owning gateway's control queue. An agent whose host is unknown here gets the key
+    /// `agent.ID`, which no host's binding (`agent.HOST.*`, three words or more) matches: it
+    /// comes back as "no such agent".
     pub fn address(&self, dest: &Party, agent: Option<Uuid>) -> Address {
         if dest.fleet == self.fleet {
-            match agent {
-                Some(id) => Address {
-                    vhost: self.vhost.clone(),
-                    exchange: INBOX_EXCHANGE.to_owned(),
-                    key: id.to_string(),
-                },
-                None => Address {
-                    vhost: self.vhost.clone(),
-                    exchange: CTL_EXCHANGE.to_owned(),
-                    key: dest.host.clone(),
-                },
+            let key = match agent {
+                Some(id) if dest.host.is_empty() => format!("agent.{id}"),
+                Some(id) => agent_key(&dest.host, &id.to_string()),
+                None => control_key(&dest.host),
+            };
+            Address {
+                vhost: self.vhost.clone(),
+                exchange: SEND_EXCHANGE.to_owned(),
+                key,
             }
         } else {
             Address {
                 vhost: format!("/{}", dest.fleet),
                 exchange: ingress_exchange(&self.fleet),
-                key: format!("ctl.{}", dest.host),
+                key: control_key(&dest.host),
             }
         }
     }

@@ -100,7 +100,7 @@ fn a_window_is_answered_with_one_receipt_per_sending_gateway() {
     let worker = r.courier.agents().open_mailbox("worker").unwrap();
     let dest = Party {
         fleet: FLEET.to_owned(),
-        host: String::new(),
+        host: "r".to_owned(),
     };
     for (sender, n) in [(&a, 3), (&b, 2)] {
         for i in 0..n {
@@ -168,7 +168,7 @@ fn a_receipt_moves_only_the_messages_sent_to_the_fleet_it_comes_from() {
     let worker = r.courier.agents().open_mailbox("worker").unwrap();
     let dest = Party {
         fleet: FLEET.to_owned(),
-        host: String::new(),
+        host: "r".to_owned(),
     };
     let ids: Vec<Uuid> = (0..2)
         .map(|i| {
@@ -234,7 +234,7 @@ fn a_refused_authentic_message_is_answered_with_a_failed_receipt_once() {
     let worker = r.courier.agents().open_mailbox("worker").unwrap();
     let dest = Party {
         fleet: FLEET.to_owned(),
-        host: String::new(),
+        host: "r".to_owned(),
     };
     let id = a
         .courier
