@@ -14,7 +14,7 @@ use tokio::process::Command;
 
 use super::grants::{
     FLEET_EXCHANGES, Permissions, admitted_permissions, host_permissions, host_user,
-    own_permissions, vhost,
+    own_permissions, regex_escape, vhost,
 };
 use super::topology::{
     INGRESS_BINDINGS, SEND_EXCHANGE, host_binding_keys, host_exchange, ingress_exchange,
@@ -129,10 +129,7 @@ pub async fn apply(
         )),
         None => {}
     }
-    let mut exchanges: Vec<String> = FLEET_EXCHANGES
-        .iter()
-        .map(|(name, _)| (*name).to_owned())
-        .collect();
+    let mut exchanges: Vec<String> = FLEET_EXCHANGES.map(str::to_owned).to_vec();
     let mut bindings = Vec::new();
     for origin in admits {
         let exchange = ingress_exchange(origin);
@@ -148,7 +145,7 @@ pub async fn apply(
     declare_as_admin(&vhost, (&exchanges, &bindings), admin, ctl).await?;
     report.push(format!(
         "declared the fleet's exchanges in {vhost} ({})",
-        FLEET_EXCHANGES.map(|(name, _)| name).join(", ")
+        FLEET_EXCHANGES.join(", ")
     ));
     for origin in admits {
         report.push(format!(
@@ -270,7 +267,7 @@ async fn declare_as_admin(
         "^({})$",
         names
             .iter()
-            .map(|n| n.replace('.', r"\."))
+            .map(|n| regex_escape(n))
             .collect::<Vec<_>>()
             .join("|")
     );

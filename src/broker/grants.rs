@@ -22,9 +22,9 @@ use super::topology::{
 /// Objects a shared fleet user may configure, write and read: the fleet's exchanges, every
 /// host's exchange and queues — never `x.in.*`, never the default exchange.
 pub const OWN_OBJECTS: &str = r"^(fleet\.send|roster|host\..+|agent\..+\.inbox|gw\..+)$";
-/// The fleet's own exchanges and their types, declared by the admin.
-pub const FLEET_EXCHANGES: [(&str, &str); 2] =
-    [(SEND_EXCHANGE, "topic"), (ROSTER_EXCHANGE, "topic")];
+/// The fleet's own exchanges, declared by the admin; every exchange of the topology is a topic
+/// exchange.
+pub const FLEET_EXCHANGES: [&str; 2] = [SEND_EXCHANGE, ROSTER_EXCHANGE];
 
 /// Deny-all pattern.
 pub const NOTHING: &str = "^$";
@@ -165,15 +165,15 @@ pub fn script(fleet: &str, admits: &[String], shared: bool, tool: Tool) -> Strin
         "# the fleet's exchanges, declared by the admin (host users may not configure them)"
             .to_owned(),
     );
-    for (name, kind) in FLEET_EXCHANGES {
-        line(declare_exchange(tool, fleet, name, kind));
+    for name in FLEET_EXCHANGES {
+        line(declare_exchange(tool, fleet, name));
     }
     for origin in admits {
         let exchange = ingress_exchange(origin);
         line(format!(
             "# admit fleet `{origin}`: an ingress exchange only the admin declares and binds, write-only for {origin}"
         ));
-        line(declare_exchange(tool, fleet, &exchange, "topic"));
+        line(declare_exchange(tool, fleet, &exchange));
         for (destination, key) in INGRESS_BINDINGS {
             line(bind_exchange(tool, fleet, (&exchange, destination), key));
         }
@@ -207,15 +207,15 @@ pub fn script(fleet: &str, admits: &[String], shared: bool, tool: Tool) -> Strin
     out
 }
 
-/// The admin's command that declares exchange `name` of type `kind` in `/fleet`.
-fn declare_exchange(tool: Tool, fleet: &str, name: &str, kind: &str) -> String {
+/// The admin's command that declares the topic exchange `name` in `/fleet`.
+fn declare_exchange(tool: Tool, fleet: &str, name: &str) -> String {
     let vhost = quote(&vhost(fleet));
     match tool {
         Tool::Rabbitmqctl => format!(
-            "rabbitmqadmin --vhost={vhost} declare exchange name={name} type={kind} durable=true   # or: fleetd broker grants --apply"
+            "rabbitmqadmin --vhost={vhost} declare exchange name={name} type=topic durable=true   # or: fleetd broker grants --apply"
         ),
         Tool::Lavinmqctl => {
-            format!("lavinmqctl create_exchange -p {vhost} --durable {kind} {name}")
+            format!("lavinmqctl create_exchange -p {vhost} --durable topic {name}")
         }
     }
 }
@@ -264,7 +264,7 @@ fn quote(text: &str) -> String {
 }
 
 /// Escapes regex metacharacters in a name.
-fn regex_escape(text: &str) -> String {
+pub(super) fn regex_escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len() + 4);
     for c in text.chars() {
         if r"\.+*?()|[]{}^$".contains(c) {
@@ -314,7 +314,7 @@ pub fn host_script(fleet: &str, host: &str, into: &[String], tool: Tool) -> Stri
     let exchange = host_exchange(host);
     out.push_str(&format!(
         "# the admin: host `{host}`'s own exchange, bound from fleet.send with its keys only\n{}\n",
-        declare_exchange(tool, fleet, &exchange, "topic")
+        declare_exchange(tool, fleet, &exchange)
     ));
     for key in host_binding_keys(host) {
         out.push_str(&bind_exchange(
@@ -580,8 +580,7 @@ mod tests {
                     if command == "create_exchange" {
                         assert_eq!(args[0], "topic", "type first, then the name: {line}");
                         assert!(
-                            args[1].starts_with("x.in.f")
-                                || FLEET_EXCHANGES.iter().any(|(name, _)| *name == args[1]),
+                            args[1].starts_with("x.in.f") || FLEET_EXCHANGES.contains(&args[1]),
                             "{line}"
                         );
                         assert!(words.contains(&"--durable".to_owned()), "{line}");
