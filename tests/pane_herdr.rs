@@ -1,10 +1,6 @@
-//! The herdr backend against a **test server written from herdr's documented socket protocol**
-//! (herdr cannot be installed on this machine): newline-delimited JSON over a Unix socket, one
-//! request per connection, `{"id","method","params"}` → `{"id","result":{"type",…}}` or
-//! `{"id","error":{"code","message"}}`, with the methods fleetd uses — `ping`, `pane.split`,
-//! `agent.start`, `agent.prompt`, `pane.send_input`, `pane.read`, `pane.get`, `pane.close`,
-//! `pane.list` — as summarised, with sources, in the project's research notes
-//! (shared/research/peers-herdr.md §1). The server is a stand-in, not herdr.
+//! The herdr backend against the **real herdr** (0.8.2, protocol 20): a private headless server
+//! per test (`common::herdr`). Only the refusal of an unknown protocol uses a stand-in server —
+//! a real herdr cannot be made to speak another protocol — and it says so.
 
 #![allow(
     clippy::unwrap_used,
@@ -14,382 +10,488 @@
     reason = "test code fails loudly"
 )]
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use common::herdr::HerdrServer;
 use fleetd::pane::herdr::Herdr;
-use fleetd::pane::{Launch, Multiplexer, PaneError, PaneId, PaneState};
-use serde_json::{Value, json};
+use fleetd::pane::{Launch, Multiplexer, PaneId, PaneState};
+use serde_json::json;
 
-#[derive(Default)]
-struct Pane {
-    env: BTreeMap<String, String>,
-    typed: String,
-    agent: Option<String>,
-    blocked: bool,
-}
-
-#[derive(Default)]
-struct World {
-    panes: BTreeMap<String, Pane>,
-    next: u32,
-    connections: u32,
-    requests: u32,
-    /// Held `events.subscribe` connections.
-    subscribers: Vec<std::os::unix::net::UnixStream>,
-    subscriptions: Vec<Value>,
-    requests_for_get: u32,
-}
-
-impl World {
-    /// Pushes `event` to every subscriber (herdr's stream framing: one JSON line each).
-    fn emit(&mut self, event: &Value) {
-        let mut line = event.to_string();
-        line.push('\n');
-        self.subscribers
-            .retain_mut(|s| s.write_all(line.as_bytes()).is_ok());
+fn launch(argv: &[&str], env: &[(&str, &str)], cwd: &Path) -> Launch {
+    Launch {
+        argv: argv.iter().map(|s| (*s).to_owned()).collect(),
+        cwd: cwd.to_owned(),
+        env: env
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect::<BTreeMap<_, _>>(),
     }
+}
 
-    /// Drops every subscription connection (as a herdr restart or live handoff would).
-    fn drop_subscribers(&mut self) {
-        for s in self.subscribers.drain(..) {
-            let _ = s.shutdown(std::net::Shutdown::Both);
+fn eventually<T>(what: &str, within: Duration, mut check: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(value) = check() {
+            return value;
+        }
+        assert!(start.elapsed() < within, "{what}: not within {within:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A fake coding agent named `claude` in `dir/bin` (not on any PATH): it prints where it runs
+/// from, shows Claude Code's prompt glyph (herdr's claude manifest takes `❯` for idle) and
+/// answers each line with `got: LINE`.
+fn fake_claude(dir: &Path) -> String {
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let path = bin.join("claude");
+    std::fs::write(
+        &path,
+        "#!/bin/sh\nprintf 'fake claude at %s\\n' \"$0\"\n\
+         while :; do printf '\\342\\235\\257 '; IFS= read -r line || exit 0; \
+         printf 'got: %s\\n' \"$line\"; done\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path.to_str().unwrap().to_owned()
+}
+
+/// The pid of the process in `pane`'s foreground that is not its shell.
+fn foreground_pid(server: &HerdrServer, pane: &PaneId) -> u64 {
+    eventually(
+        "a foreground process in the pane",
+        Duration::from_secs(10),
+        || {
+            let info = server.call("pane.process_info", json!({"pane_id": pane.0}));
+            let shell = info["process_info"]["shell_pid"].as_u64();
+            info["process_info"]["foreground_processes"]
+                .as_array()?
+                .iter()
+                .filter_map(|p| p["pid"].as_u64())
+                .find(|pid| Some(*pid) != shell)
+        },
+    )
+}
+
+fn kill(pid: u64) {
+    let status = std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill {pid}");
+}
+
+fn exited(herdr: &Herdr, pane: &PaneId, within: Duration) -> i32 {
+    eventually("the pane's process exited", within, || {
+        match herdr.state(pane).unwrap() {
+            PaneState::Exited(status) => Some(status),
+            PaneState::Running => None,
+        }
+    })
+}
+
+/// (workspace label, pane id, focused) of every pane.
+fn panes(server: &HerdrServer) -> Vec<(String, String, bool)> {
+    let workspaces = server.call("workspace.list", json!({}));
+    let label = |id: &str| {
+        workspaces["workspaces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|w| w["workspace_id"] == id)
+            .map(|w| w["label"].as_str().unwrap().to_owned())
+            .unwrap()
+    };
+    server.call("pane.list", json!({}))["panes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                label(p["workspace_id"].as_str().unwrap()),
+                p["pane_id"].as_str().unwrap().to_owned(),
+                p["focused"].as_bool().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// The tests that need a real herdr (`scripts/test` skips `herdr::` where there is none, outside
+/// CI, and says so).
+mod herdr {
+    use super::*;
+
+    #[test]
+    fn on_a_fresh_server_fleetd_opens_its_own_workspace_and_never_resizes_or_focuses_the_users_panes()
+     {
+        let server = HerdrServer::start();
+        let dir = tempfile::tempdir().unwrap();
+        let herdr = Herdr::open(&server.socket()).unwrap();
+
+        // No workspace yet: a split would have no target (herdr answers pane_not_found).
+        let first = herdr
+            .launch(&launch(
+                &["/bin/sh", "-c", "echo up; sleep 600"],
+                &[],
+                dir.path(),
+            ))
+            .unwrap();
+        eventually("the command runs", Duration::from_secs(10), || {
+            server.text(&first.0).contains("up").then_some(())
+        });
+        assert_eq!(herdr.state(&first).unwrap(), PaneState::Running);
+
+        // The user's own workspace, focused, with two panes side by side.
+        let mine = server.call(
+            "workspace.create",
+            json!({"label": "mine", "cwd": dir.path(), "focus": true}),
+        );
+        let left = mine["root_pane"]["pane_id"].as_str().unwrap().to_owned();
+        let right = server.call(
+            "pane.split",
+            json!({"target_pane_id": left, "direction": "right", "focus": false}),
+        )["pane"]["pane_id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let before = (server.rect(&left), server.rect(&right));
+        let focused_before: Vec<_> = panes(&server).into_iter().filter(|p| p.2).collect();
+        assert_eq!(focused_before.len(), 1, "{focused_before:?}");
+
+        let mut ours = vec![first];
+        for n in 0..3 {
+            ours.push(
+                herdr
+                    .launch(&launch(
+                        &["/bin/sh", "-c", &format!("echo pane-{n}; sleep 600")],
+                        &[],
+                        dir.path(),
+                    ))
+                    .unwrap(),
+            );
+        }
+        assert_eq!(
+            (server.rect(&left), server.rect(&right)),
+            before,
+            "the user's panes keep their size"
+        );
+        let focused_after: Vec<_> = panes(&server).into_iter().filter(|p| p.2).collect();
+        assert_eq!(focused_after, focused_before, "focus stays where it was");
+        let all = panes(&server);
+        for pane in &ours {
+            let (label, _, _) = all.iter().find(|p| p.1 == pane.0).unwrap();
+            assert_eq!(label, "fleetd", "{pane} is in fleetd's workspace: {all:?}");
+        }
+        // One tab each: nothing of fleetd's was split either.
+        let tabs: std::collections::HashSet<String> = server.call("pane.list", json!({}))["panes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| ours.iter().any(|o| p["pane_id"] == o.0.as_str()))
+            .map(|p| p["tab_id"].as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(tabs.len(), ours.len(), "a tab per pane");
+        for pane in &ours {
+            herdr.close(pane).unwrap();
         }
     }
+
+    #[test]
+    fn an_agent_starts_from_the_profiles_absolute_path_not_from_path() {
+        let server = HerdrServer::start();
+        let dir = tempfile::tempdir().unwrap();
+        let ours = fake_claude(dir.path());
+        // A decoy `claude` first on the pane's PATH: herdr would run it by name.
+        let decoy = dir.path().join("decoy");
+        std::fs::create_dir_all(&decoy).unwrap();
+        std::fs::write(decoy.join("claude"), "#!/bin/sh\necho DECOY; sleep 600\n").unwrap();
+        std::fs::set_permissions(decoy.join("claude"), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
+        let path = format!("{}:/usr/bin:/bin", decoy.display());
+        let herdr = Herdr::open(&server.socket()).unwrap();
+        let pane = herdr
+            .launch(&launch(
+                &[&ours, "--model", "x"],
+                &[("PATH", &path)],
+                dir.path(),
+            ))
+            .unwrap();
+        eventually(
+            "herdr says the agent is ready",
+            Duration::from_secs(20),
+            || herdr.ready(&pane).unwrap().unwrap().then_some(()),
+        );
+        let shown = server.text(&pane.0);
+        assert!(shown.contains(&format!("fake claude at {ours}")), "{shown}");
+        assert!(!shown.contains("DECOY"), "{shown}");
+        herdr.close(&pane).unwrap();
+    }
+
+    /// A policy with a scripted agent (ready by its pattern), an agent herdr starts (ready by herdr)
+    /// and a command that exits with status 3 before it is ready.
+    fn policy(dir: &Path, claude: &str) -> fleetd::policy::PolicySet {
+        let policy_dir = dir.join("policy");
+        std::fs::create_dir_all(&policy_dir).unwrap();
+        std::fs::write(
+            policy_dir.join("p.toml"),
+            format!(
+                r#"[profile.scripted]
+    description = "A scripted agent: ready when it says so."
+    argv = ["/bin/sh", "-c", '''sleep 0.3; echo 'worker> ready'; while IFS= read -r l; do echo "got: $l"; done''']
+    roots = ["{root}"]
+    max_instances = 2
+    [profile.scripted.ready]
+    pattern = "^worker> ready"
+    timeout_secs = 15
+
+    [profile.claude]
+    description = "An agent herdr knows (a fake claude)."
+    argv = ["{claude}"]
+    roots = ["{root}"]
+    max_instances = 2
+    [profile.claude.ready]
+    timeout_secs = 30
+
+    [profile.crashing]
+    description = "Exits with status 3 before it is ready."
+    argv = ["/bin/sh", "-c", "echo starting; exit 3"]
+    roots = ["{root}"]
+    max_instances = 1
+    [profile.crashing.ready]
+    pattern = "^never"
+    timeout_secs = 15
+
+    [[grant]]
+    id = "g"
+    description = "test"
+    fleets = ["f"]
+    hosts = ["h"]
+    profiles = ["scripted", "claude", "crashing"]
+    "#,
+                root = dir.display()
+            ),
+        )
+        .unwrap();
+        let (policy, diagnostics) = fleetd::policy::load_dir(&policy_dir);
+        policy.unwrap_or_else(|_| panic!("{diagnostics:?}"))
+    }
+
+    fn spawn(
+        spawner: &fleetd::spawn::Spawner,
+        policy: &fleetd::policy::PolicySet,
+        profile: &str,
+    ) -> fleetd::spawn::Outcome {
+        let request = fleetd::policy::Request::from_value(
+            &json!({"origin": {"fleet": "f", "host": "h"}, "profile": profile}),
+        )
+        .unwrap();
+        spawner.spawn(
+            policy,
+            &request,
+            &|_| Err("no secrets here".to_owned()),
+            &[],
+        )
+    }
+
+    fn started(outcome: fleetd::spawn::Outcome) -> PaneId {
+        match outcome {
+            fleetd::spawn::Outcome::Started { pane, .. } => pane,
+            other => panic!("not started: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_scripted_agent_and_an_agent_herdr_starts_become_ready_and_each_message_is_typed_once() {
+        let server = HerdrServer::start();
+        let dir = tempfile::tempdir().unwrap();
+        let policy = policy(dir.path(), &fake_claude(dir.path()));
+        let herdr = Arc::new(Herdr::open(&server.socket()).unwrap());
+        let spawner = fleetd::spawn::Spawner::new(Arc::clone(&herdr) as Arc<dyn Multiplexer>);
+
+        let scripted = started(spawn(&spawner, &policy, "scripted"));
+        let agent = started(spawn(&spawner, &policy, "claude"));
+        assert_eq!(herdr.ready(&agent).map(Result::unwrap), Some(true));
+        assert_eq!(herdr.blocked(&agent), Some(false));
+        assert!(
+            herdr.ready(&scripted).is_none(),
+            "a script is not herdr's agent"
+        );
+
+        for pane in [&scripted, &agent] {
+            herdr
+                .send_text(pane, "hello \u{1b}[201~\u{1b}[31mthere\0")
+                .unwrap();
+            let line = eventually("the reply", Duration::from_secs(10), || {
+                let shown = herdr.read(pane, 30).unwrap();
+                shown.contains("got: hello there").then_some(shown)
+            });
+            std::thread::sleep(Duration::from_millis(500));
+            let shown = server.text(&pane.0);
+            assert_eq!(
+                shown.matches("got: hello").count(),
+                1,
+                "typed exactly once, escapes removed: {line}\n{shown}"
+            );
+        }
+
+        // A command that exits before it is ready fails the spawn with its status.
+        match spawn(&spawner, &policy, "crashing") {
+            fleetd::spawn::Outcome::Failed { reason } => {
+                assert!(reason.contains("status 3"), "{reason}");
+            }
+            other => panic!("the crashing command was not reported: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn deaths_are_noticed_with_their_status_and_later_panes_still_report_theirs() {
+        let server = HerdrServer::start();
+        let dir = tempfile::tempdir().unwrap();
+        let claude = fake_claude(dir.path());
+        let herdr = Herdr::open(&server.socket()).unwrap();
+
+        let agent = herdr.launch(&launch(&[&claude], &[], dir.path())).unwrap();
+        eventually("ready", Duration::from_secs(20), || {
+            herdr.ready(&agent).unwrap().unwrap().then_some(())
+        });
+        let command = herdr
+            .launch(&launch(
+                &["/bin/sh", "-c", "echo up; exec sleep 600"],
+                &[],
+                dir.path(),
+            ))
+            .unwrap();
+        eventually("the command runs", Duration::from_secs(10), || {
+            herdr
+                .read(&command, 5)
+                .unwrap()
+                .contains("up")
+                .then_some(())
+        });
+
+        // Killed from outside: the agent (herdr gives no status) and the command (status 137).
+        kill(foreground_pid(&server, &agent));
+        assert_eq!(exited(&herdr, &agent, Duration::from_secs(5)), -1);
+        kill(foreground_pid(&server, &command));
+        assert_eq!(exited(&herdr, &command, Duration::from_secs(5)), 137);
+
+        // After those deaths the subscription still works: a new pane's exit arrives with its
+        // status (the pane is gone from herdr at once; only the events carry it).
+        let quick = herdr
+            .launch(&launch(&["/bin/sh", "-c", "exit 3"], &[], dir.path()))
+            .unwrap();
+        assert_eq!(exited(&herdr, &quick, Duration::from_secs(5)), 3);
+        assert_eq!(herdr.subscriptions(), 1, "one subscription, never refused");
+        assert!(herdr.close(&agent).is_ok());
+    }
+
+    #[test]
+    fn a_restarted_herdr_is_resubscribed_and_fleetd_finds_its_agent_again() {
+        let server = HerdrServer::start();
+        let dir = tempfile::tempdir().unwrap();
+        let claude = fake_claude(dir.path());
+        let herdr = Herdr::open(&server.socket()).unwrap();
+        let agent = herdr.launch(&launch(&[&claude], &[], dir.path())).unwrap();
+        eventually("ready", Duration::from_secs(20), || {
+            herdr.ready(&agent).unwrap().unwrap().then_some(())
+        });
+
+        // A second fleetd (as after a restart) knows the pane only by its id: it finds the agent
+        // through the pane's token and prompts it as herdr's agent.
+        let again = Herdr::open(&server.socket()).unwrap();
+        assert_eq!(again.state(&agent).unwrap(), PaneState::Running);
+        assert_eq!(again.ready(&agent).map(Result::unwrap), Some(true));
+        again.send_text(&agent, "after restart").unwrap();
+        eventually(
+            "typed by the second fleetd",
+            Duration::from_secs(10),
+            || {
+                server
+                    .text(&agent.0)
+                    .contains("got: after restart")
+                    .then_some(())
+            },
+        );
+
+        // herdr itself goes away and comes back: the subscription is reopened.
+        let before = herdr.subscriptions();
+        let socket = server.socket();
+        let server = HerdrServer::start_in(server.stop_keeping_home());
+        assert_eq!(server.socket(), socket);
+        eventually("resubscribed", Duration::from_secs(15), || {
+            (herdr.subscriptions() > before).then_some(())
+        });
+        let quick = herdr
+            .launch(&launch(&["/bin/sh", "-c", "exit 3"], &[], dir.path()))
+            .unwrap();
+        assert_eq!(exited(&herdr, &quick, Duration::from_secs(5)), 3);
+    }
+
+    #[test]
+    fn no_secret_reaches_herdrs_log_or_a_panes_screen() {
+        let server = HerdrServer::start();
+        let dir = tempfile::tempdir().unwrap();
+        let claude = fake_claude(dir.path());
+        let canary = format!("canary-herdr-{}", std::process::id());
+        let herdr = Herdr::open(&server.socket()).unwrap();
+        let command = herdr
+            .launch(&launch(
+                &["/bin/sh", "-c", "echo running; sleep 600"],
+                &[("API_TOKEN", &canary)],
+                dir.path(),
+            ))
+            .unwrap();
+        let agent = herdr
+            .launch(&launch(&[&claude], &[("API_TOKEN", &canary)], dir.path()))
+            .unwrap();
+        eventually("ready", Duration::from_secs(20), || {
+            herdr.ready(&agent).unwrap().unwrap().then_some(())
+        });
+        // The secret is in the processes' environment (where it belongs) …
+        let pid = foreground_pid(&server, &command);
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+        assert!(String::from_utf8_lossy(&environ).contains(&canary));
+        // … and nowhere herdr shows or writes.
+        for pane in [&command, &agent] {
+            let shown = server.text(&pane.0);
+            assert!(!shown.contains(&canary), "on screen: {shown}");
+            assert!(
+                !shown.contains("FLEETD_RUN="),
+                "the script is not shown: {shown}"
+            );
+        }
+        let log = server.log();
+        assert!(!log.contains(&canary), "in herdr's log");
+    }
 }
 
-/// Serves herdr's protocol (one request per connection) on `path` with `protocol`.
-fn serve(path: &Path, protocol: u64) -> Arc<Mutex<World>> {
-    let world = Arc::new(Mutex::new(World::default()));
-    let listener = UnixListener::bind(path).unwrap();
-    let shared = Arc::clone(&world);
+#[test]
+fn an_unknown_protocol_is_refused_at_open() {
+    // A stand-in, not herdr: a real herdr cannot be made to speak another protocol.
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("herdr.sock");
+    let listener = UnixListener::bind(&socket).unwrap();
     std::thread::spawn(move || {
         for stream in listener.incoming() {
             let Ok(mut stream) = stream else { return };
             let mut line = String::new();
             BufReader::new(&stream).read_line(&mut line).unwrap();
-            let mut world = shared.lock().unwrap();
-            world.connections += 1;
-            let reply = match serde_json::from_str::<Value>(&line) {
-                Ok(request) if request["method"] == "events.subscribe" => {
-                    // A held connection: ack, then pushed events until either side closes.
-                    world.requests += 1;
-                    world
-                        .subscriptions
-                        .push(request["params"]["subscriptions"].clone());
-                    let ack =
-                        json!({"id": request["id"], "result": {"type": "subscription_started"}});
-                    let _ = stream.write_all(format!("{ack}\n").as_bytes());
-                    world.subscribers.push(stream);
-                    continue;
-                }
-                Ok(request) => {
-                    world.requests += 1;
-                    answer(&mut world, &request, protocol)
-                }
-                Err(_) => {
-                    json!({"id": "", "error": {"code": "invalid_request", "message": "not JSON"}})
-                }
-            };
-            drop(world);
-            let mut out = reply.to_string();
-            out.push('\n');
-            let _ = stream.write_all(out.as_bytes());
-            // One request per connection: the server closes it.
+            let _ = stream.write_all(
+                b"{\"id\":\"x\",\"result\":{\"type\":\"pong\",\"version\":\"9\",\"protocol\":99}}\n",
+            );
         }
     });
-    world
-}
-
-fn answer(world: &mut World, request: &Value, protocol: u64) -> Value {
-    let id = request["id"].clone();
-    let p = &request["params"];
-    let error = |code: &str| json!({"id": id, "error": {"code": code, "message": code}});
-    let ok = |result: Value| json!({"id": id, "result": result});
-    let pane_id = p["pane_id"].as_str().unwrap_or_default().to_owned();
-    match request["method"].as_str().unwrap_or_default() {
-        "ping" => ok(json!({"type": "pong", "version": "0.8.2", "protocol": protocol})),
-        "pane.split" => {
-            if !matches!(p["direction"].as_str(), Some("right" | "down")) {
-                return error("invalid_params");
-            }
-            world.next += 1;
-            let id = format!("w1:p{}", world.next);
-            let env = serde_json::from_value(p["env"].clone()).unwrap_or_default();
-            world.panes.insert(
-                id.clone(),
-                Pane {
-                    env,
-                    ..Pane::default()
-                },
-            );
-            ok(json!({"type": "pane_info", "pane": {"pane_id": id, "workspace_id": "w1"}}))
-        }
-        "agent.start" => {
-            let name = p["name"].as_str().unwrap_or_default().to_owned();
-            let valid = name.len() <= 32
-                && name.starts_with(|c: char| c.is_ascii_lowercase())
-                && name
-                    .chars()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "-_".contains(c));
-            if !valid {
-                return error("invalid_agent_name");
-            }
-            let Some(pane) = world.panes.get_mut(&pane_id) else {
-                return error("agent_pane_not_found");
-            };
-            pane.agent = Some(name.clone());
-            let mut argv = vec![p["kind"].clone()];
-            argv.extend(p["args"].as_array().cloned().unwrap_or_default());
-            ok(
-                json!({"type": "agent_started", "agent": {"name": name, "launch_pending": true}, "argv": argv}),
-            )
-        }
-        "agent.prompt" => {
-            let target = p["target"].as_str().unwrap_or_default();
-            let Some(pane) = world
-                .panes
-                .values_mut()
-                .find(|pane| pane.agent.as_deref() == Some(target))
-            else {
-                return error("agent_not_found");
-            };
-            if pane.blocked {
-                return error("agent_blocked");
-            }
-            pane.typed.push_str(p["text"].as_str().unwrap_or_default());
-            pane.typed.push('\n');
-            ok(json!({"type": "agent_prompted", "agent": {"name": target}}))
-        }
-        "agent.get" => {
-            // Launch pending for the first two looks, then interactive-ready (herdr's settle).
-            world.requests_for_get += 1;
-            let target = p["target"].as_str().unwrap_or_default();
-            if !world
-                .panes
-                .values()
-                .any(|pane| pane.agent.as_deref() == Some(target))
-            {
-                return error("agent_not_found");
-            }
-            let ready = world.requests_for_get > 2;
-            ok(json!({"type": "agent_info", "agent": {"name": target,
-                "interactive_ready": ready, "launch_pending": !ready, "agent_status": if ready { "idle" } else { "unknown" }}}))
-        }
-        "pane.send_input" => {
-            let Some(pane) = world.panes.get_mut(&pane_id) else {
-                return error("pane_not_found");
-            };
-            pane.typed.push_str(p["text"].as_str().unwrap_or_default());
-            if p["keys"] == json!(["Enter"]) {
-                pane.typed.push('\n');
-            }
-            ok(json!({"type": "ok"}))
-        }
-        "pane.read" => match world.panes.get(&pane_id) {
-            Some(pane) => ok(json!({"type": "pane_read", "read": {
-                "pane_id": pane_id, "workspace_id": "w1", "source": p["source"],
-                "format": "text", "text": pane.typed, "revision": 1, "truncated": false}})),
-            None => error("pane_not_found"),
-        },
-        "pane.get" => match world.panes.get(&pane_id) {
-            Some(_) => ok(json!({"type": "pane_info", "pane": {"pane_id": pane_id}})),
-            None => error("pane_not_found"),
-        },
-        "pane.close" => match world.panes.remove(&pane_id) {
-            Some(_) => ok(json!({"type": "ok"})),
-            None => error("pane_not_found"),
-        },
-        "pane.list" => ok(json!({"type": "pane_list",
-            "panes": world.panes.keys().map(|id| json!({"pane_id": id})).collect::<Vec<_>>()})),
-        _ => error("invalid_request"),
-    }
-}
-
-fn launch(argv: &[&str], env: &[(&str, &str)]) -> Launch {
-    Launch {
-        argv: argv.iter().map(|s| (*s).to_owned()).collect(),
-        cwd: std::env::temp_dir(),
-        env: env
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect(),
-    }
-}
-
-#[test]
-fn herdr_panes_are_split_with_their_environment_and_agents_prompted_with_safe_text() {
-    let dir = tempfile::tempdir().unwrap();
-    let socket = dir.path().join("herdr.sock");
-    let world = serve(&socket, 20);
-    let herdr = Herdr::open(&socket).unwrap();
-
-    // An agent kind herdr knows: split with env, then agent.start; text goes by agent.prompt.
-    let agent = herdr
-        .launch(&launch(
-            &["/usr/local/bin/claude", "--permission-mode", "plan"],
-            &[("TOKEN", "canary-7f3a")],
-        ))
-        .unwrap();
-    {
-        let world = world.lock().unwrap();
-        let pane = &world.panes[&agent.0];
-        assert_eq!(
-            pane.env["TOKEN"], "canary-7f3a",
-            "the environment travels with pane.split"
-        );
-        assert!(
-            pane.agent
-                .as_deref()
-                .is_some_and(|n| n.starts_with("fleetd-"))
-        );
-    }
-    herdr
-        .send_text(&agent, "hello \u{1b}[201~\u{1b}[31mthere\0")
-        .unwrap();
-    assert_eq!(herdr.read(&agent, 10).unwrap(), "hello there\n");
-
-    // A plain command: typed into the pane's shell, quoted.
-    let shell = herdr.launch(&launch(&["/bin/echo", "it's"], &[])).unwrap();
-    assert_eq!(herdr.read(&shell, 10).unwrap(), "'/bin/echo' 'it'\\''s'\n");
-    assert_eq!(herdr.state(&shell).unwrap(), PaneState::Running);
-
-    // A blocked agent refuses the prompt; herdr's error comes back as such.
-    world
-        .lock()
-        .unwrap()
-        .panes
-        .get_mut(&agent.0)
-        .unwrap()
-        .blocked = true;
-    let error = herdr.send_text(&agent, "more").unwrap_err();
-    assert!(error.to_string().contains("agent_blocked"), "{error}");
-
-    let listed = herdr.list().unwrap();
-    assert!(listed.contains(&agent) && listed.contains(&shell));
-    herdr.close(&shell).unwrap();
-    assert!(matches!(herdr.state(&shell), Err(PaneError::NoPane(id)) if id == shell));
-    assert!(matches!(
-        herdr.read(&PaneId("w1:p99".to_owned()), 5),
-        Err(PaneError::NoPane(_))
-    ));
-
-    let world = world.lock().unwrap();
-    assert_eq!(
-        world.connections, world.requests,
-        "one request per connection"
-    );
-}
-
-#[test]
-fn an_unknown_protocol_is_refused_at_open() {
-    let dir = tempfile::tempdir().unwrap();
-    let socket = dir.path().join("herdr.sock");
-    let _world = serve(&socket, 99);
     let error = Herdr::open(&socket).unwrap_err();
     assert!(error.to_string().contains("protocol 99"), "{error}");
     let missing = Herdr::open(&dir.path().join("absent.sock")).unwrap_err();
     assert!(missing.to_string().contains("cannot connect"), "{missing}");
-}
-
-fn eventually(what: &str, mut check: impl FnMut() -> bool) {
-    let start = std::time::Instant::now();
-    while !check() {
-        assert!(
-            start.elapsed() < std::time::Duration::from_secs(10),
-            "{what}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-}
-
-#[test]
-fn the_event_subscription_follows_agents_and_survives_a_dropped_connection() {
-    let dir = tempfile::tempdir().unwrap();
-    let socket = dir.path().join("herdr.sock");
-    let world = serve(&socket, 20);
-    let herdr = Herdr::open(&socket).unwrap();
-    eventually("subscribed at open", || herdr.subscriptions() >= 1);
-    let agent = herdr
-        .launch(&launch(&["/usr/local/bin/claude"], &[]))
-        .unwrap();
-    // A new agent pane renews the subscription to watch its status.
-    eventually("renewed for the new agent", || {
-        world
-            .lock()
-            .unwrap()
-            .subscriptions
-            .last()
-            .is_some_and(|s| s.to_string().contains(&agent.0))
-    });
-    world
-        .lock()
-        .unwrap()
-        .emit(&json!({"event": "pane.agent_status_changed",
-        "data": {"pane_id": agent.0, "workspace_id": "w1", "agent_status": "blocked"}}));
-    eventually("blocked is learnt", || herdr.blocked(&agent) == Some(true));
-
-    // herdr drops the stream (restart, live handoff): fleetd reconnects and keeps learning.
-    let before = herdr.subscriptions();
-    world.lock().unwrap().drop_subscribers();
-    eventually("reconnected", || herdr.subscriptions() > before);
-    eventually("subscriber back", || {
-        !world.lock().unwrap().subscribers.is_empty()
-    });
-    world.lock().unwrap().emit(&json!({"event": "pane_exited",
-        "data": {"type": "pane_exited", "pane": {"pane_id": agent.0, "exit_code": 3}}}));
-    eventually("the exit is learnt", || {
-        herdr.state(&agent).ok() == Some(PaneState::Exited(3))
-    });
-
-    // Reconciliation forgets panes herdr no longer lists.
-    world.lock().unwrap().panes.remove(&agent.0);
-    let before = herdr.subscriptions();
-    world.lock().unwrap().drop_subscribers();
-    eventually("reconnected again", || herdr.subscriptions() > before);
-    eventually("forgotten", || herdr.blocked(&agent).is_none());
-}
-
-#[test]
-fn the_spawn_gate_waits_for_herdrs_interactive_ready() {
-    let dir = tempfile::tempdir().unwrap();
-    let socket = dir.path().join("herdr.sock");
-    let world = serve(&socket, 20);
-    let herdr = std::sync::Arc::new(Herdr::open(&socket).unwrap());
-    let policy_dir = dir.path().join("policy");
-    std::fs::create_dir(&policy_dir).unwrap();
-    std::fs::write(
-        policy_dir.join("p.toml"),
-        format!(
-            "[profile.worker]\ndescription = \"An agent herdr knows.\"\nargv = [\"/usr/local/bin/claude\"]\n\
-             roots = [\"{}\"]\nmax_instances = 1\n[profile.worker.ready]\ntimeout_secs = 10\n\
-             [[grant]]\nid = \"g\"\ndescription = \"test\"\nfleets = [\"f\"]\nhosts = [\"h\"]\nprofiles = [\"worker\"]\n",
-            dir.path().display()
-        ),
-    )
-    .unwrap();
-    let (policy, diagnostics) = fleetd::policy::load_dir(&policy_dir);
-    let policy = policy.unwrap_or_else(|_| panic!("{diagnostics:?}"));
-    let spawner = fleetd::spawn::Spawner::new(herdr);
-    let request = fleetd::policy::Request::from_value(
-        &json!({"origin": {"fleet": "f", "host": "h"}, "profile": "worker"}),
-    )
-    .unwrap();
-    let outcome = spawner.spawn(
-        &policy,
-        &request,
-        &|_| Err("no secrets here".to_owned()),
-        &[],
-    );
-    assert!(
-        matches!(outcome, fleetd::spawn::Outcome::Started { .. }),
-        "{outcome:?}"
-    );
-    assert!(
-        world.lock().unwrap().requests_for_get >= 3,
-        "the gate asked herdr until the agent was interactive-ready"
-    );
 }

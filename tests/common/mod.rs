@@ -11,6 +11,7 @@
     reason = "shared test helpers; each includer uses part"
 )]
 
+pub mod herdr;
 pub mod mcp;
 pub mod netns;
 pub mod syscalls;
