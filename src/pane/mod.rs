@@ -1,9 +1,9 @@
-//! Terminal panes: the `Multiplexer` trait fleetd drives panes through, its tmux backend, and the
-//! pane-safe text sanitiser that everything typed passes through.
+//! Terminal panes: the `Multiplexer` trait fleetd drives panes through, its tmux and herdr
+//! backends, and the pane-safe text sanitiser that everything typed passes through.
 //!
 //! The multiplexer server is never fleetd's child: fleetd connects to one that runs on its own
-//! (a dedicated tmux socket started by the operator's unit), so fleetd's own sandbox and unit
-//! restrictions are not inherited by agents.
+//! (a dedicated tmux socket started by the operator's unit, or the user's herdr), so fleetd's
+//! own sandbox and unit restrictions are not inherited by agents.
 //!
 //! Imports: nothing from the crate (a leaf).
 
@@ -14,7 +14,7 @@ pub mod tmux;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-/// A pane's id on its multiplexer (tmux `%N`). Host-local: never leaves this host.
+/// A pane's id on its multiplexer (tmux `%N`, herdr `wN:pM`). Host-local: never leaves this host.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PaneId(pub String);
 

@@ -64,7 +64,7 @@ impl fmt::Display for SecretRef {
 /// How a launched agent is known to be ready.
 #[derive(Clone, Debug)]
 pub struct Readiness {
-    /// A pattern on pane output (tmux); herdr reports readiness itself.
+    /// A pattern on pane output; for an agent herdr starts, herdr reports readiness itself.
     pub pattern: Option<Regex>,
     /// How long to wait.
     pub timeout: Duration,
