@@ -21,6 +21,22 @@ fn contract_with(
     vhost: &str,
     extra: &[&str],
 ) -> String {
+    let (held, out) = run_contract(user, password, own_vhost, vhost, extra);
+    assert!(
+        held,
+        "contract of {user} on {vhost} ({extra:?}) did not hold:\n{out}"
+    );
+    out
+}
+
+/// `fleetd broker contract`: whether it exited 0, and its output.
+fn run_contract(
+    user: &str,
+    password: &str,
+    own_vhost: &str,
+    vhost: &str,
+    extra: &[&str],
+) -> (bool, String) {
     let uri = format!("amqp://{user}:{password}@127.0.0.1:5672/%2F{own_vhost}");
     let output = Command::new(BIN)
         .args([
@@ -44,11 +60,7 @@ fn contract_with(
         !out.contains(password),
         "the password leaked into the contract output: {out}"
     );
-    assert!(
-        output.status.success(),
-        "contract of {user} on {vhost} ({extra:?}) did not hold:\n{out}"
-    );
-    out
+    (output.status.success(), out)
 }
 
 #[test]
@@ -85,6 +97,18 @@ fn own_vhost_passes_all_eight_and_other_vhosts_fail_all_eight() {
     // c is not admitted into /b: the connection itself is refused.
     let stranger = contract(&c, &pc, &c, &format!("/{b}"), "isolated");
     assert!(stranger.contains("0/8 checks passed"), "{stranger}");
+
+    // A vhost that does not exist proves nothing: refused, named, and the missing leading slash
+    // of a fleet's vhost is added and said so.
+    let missing = format!("ct-missing{nonce}");
+    let (held, out) = run_contract(&a, &pa, &a, &missing, &["--expect", "isolated"]);
+    assert!(!held, "a missing vhost passed for isolation: {out}");
+    assert!(
+        out.contains(&format!("checking `/{missing}`"))
+            && out.contains(&format!("the broker has no vhost `/{missing}`")),
+        "{out}"
+    );
+    assert!(!out.contains("checks passed"), "no checks were run: {out}");
 }
 
 /// Host-scoped credentials: each host's user `FLEET.HOST` does a gateway's whole job in the

@@ -35,7 +35,19 @@ fn an_mcp_session_lists_and_calls_every_tool() {
     let mut mcp = Session::start(&host);
     let init = mcp.initialize();
     assert!(init["capabilities"]["tools"].is_object(), "{init}");
+    assert_eq!(init["serverInfo"]["name"], "fleetd", "{init}");
+    assert_eq!(
+        init["serverInfo"]["version"],
+        env!("CARGO_PKG_VERSION"),
+        "{init}"
+    );
     let listed = mcp.call("tools/list", json!({}));
+    for tool in listed["tools"].as_array().unwrap() {
+        assert_eq!(
+            tool["outputSchema"]["type"], "object",
+            "every tool has an output schema: {tool}"
+        );
+    }
     let mut names: Vec<&str> = listed["tools"]
         .as_array()
         .unwrap()
@@ -90,9 +102,23 @@ fn an_mcp_session_lists_and_calls_every_tool() {
     let (empty, _) = mcp.tool("inbox_pull", json!({}));
     assert_eq!(empty["messages"], json!([]));
 
-    // No policy on this host: the spawn is refused, with the reason, as a result (not a crash).
-    let (spawned, _) = mcp.tool("spawn", json!({"profile": "worker"}));
-    assert_eq!(spawned["outcome"], "refused", "{spawned}");
+    // No policy on this host: the spawn is refused — a tool error carrying the reason.
+    let (spawned, error) = mcp.tool("spawn", json!({"profile": "worker"}));
+    assert!(error, "a refusal is an error: {spawned}");
+    assert!(spawned.to_string().contains("spawn refused"), "{spawned}");
+
+    // Bounds as documented; a number given as a string is taken, anything else gets a hint.
+    let (zero, error) = mcp.tool("inbox_pull", json!({"limit": 0}));
+    assert!(error && zero.to_string().contains("1-100"), "{zero}");
+    let (long, error) = mcp.tool("inbox_pull", json!({"wait_secs": 31}));
+    assert!(error && long.to_string().contains("0-30"), "{long}");
+    let (five, error) = mcp.tool("inbox_pull", json!({"limit": "5"}));
+    assert!(!error && five["messages"] == json!([]), "{five}");
+    let words = mcp.tool_response("inbox_pull", json!({"limit": "five"}));
+    assert!(
+        words.to_string().contains("give a whole number such as 5"),
+        "{words}"
+    );
 
     assert!(
         !mcp.transcript.contains(&password),

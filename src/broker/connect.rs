@@ -21,6 +21,15 @@ pub enum ConnectError {
         /// The broker's reason.
         reason: String,
     },
+    /// The broker has no such vhost (RabbitMQ: `NOT_ALLOWED - vhost V not found`; LavinMQ:
+    /// `NOT_ALLOWED - vhost not found`).
+    #[error("the broker has no vhost `{vhost}`")]
+    NoVhost {
+        /// The vhost.
+        vhost: String,
+        /// The broker's reason.
+        reason: String,
+    },
     /// No node could be reached, or every handshake failed.
     #[error("cannot connect to the broker: {reason}")]
     Unreachable {
@@ -62,9 +71,11 @@ pub async fn connect_node(
                 return Ok((connection, index, node.clone()));
             }
             Ok(Err(Failure::Refused(reason))) => {
-                return Err(ConnectError::Refused {
-                    vhost: vhost.to_owned(),
-                    reason: format!("{node}: {reason}"),
+                let (vhost, reason) = (vhost.to_owned(), format!("{node}: {reason}"));
+                return Err(if names_a_missing_vhost(&reason) {
+                    ConnectError::NoVhost { vhost, reason }
+                } else {
+                    ConnectError::Refused { vhost, reason }
                 });
             }
             Ok(Err(Failure::Unreachable(reason))) => reason,
@@ -78,6 +89,11 @@ pub async fn connect_node(
     Err(ConnectError::Unreachable {
         reason: failures.join("; "),
     })
+}
+
+/// Whether a refusal says the vhost does not exist (both brokers word it `vhost … not found`).
+fn names_a_missing_vhost(reason: &str) -> bool {
+    reason.contains("NOT_ALLOWED") && reason.contains("vhost") && reason.contains("not found")
 }
 
 /// How one node's attempt failed.

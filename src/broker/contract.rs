@@ -20,7 +20,7 @@ use lapin::{BasicProperties, Channel, Confirmation, Connection, Consumer};
 
 use super::grants::split_host_user;
 use super::topology::{self, QueueType, SEND_EXCHANGE};
-use super::{confirm_channel, connect};
+use super::{ConnectError, confirm_channel, connect};
 use crate::secret::BrokerUri;
 
 /// The checks, in order.
@@ -54,12 +54,21 @@ pub struct CheckResult {
 /// its test inboxes as that host's (`agent.HOST.…`); with `sibling`, a ninth check requires the
 /// broker to refuse it another host's control queue `gw.SIBLING.ctl` and any binding that would
 /// copy another host's traffic into its own queue (from `host.SIBLING` or `fleet.send`).
+/// `Err` when the vhost does not exist: every check would fail, which proves nothing (a
+/// misspelt vhost must not pass for isolation).
 pub async fn run(
     uri: &BrokerUri,
     vhost: &str,
     queue_type: QueueType,
     sibling: Option<&str>,
-) -> Vec<CheckResult> {
+) -> Result<Vec<CheckResult>, ConnectError> {
+    match connect(uri, Some(vhost)).await {
+        Err(missing @ ConnectError::NoVhost { .. }) => return Err(missing),
+        Ok(probe) => {
+            let _ = probe.close(200, "contract probe".into()).await;
+        }
+        Err(_) => {}
+    }
     let nonce = nonce();
     let host = split_host_user(&uri.user).map_or("contract", |(_, host)| host);
     let mut suite = Suite {
@@ -93,7 +102,7 @@ pub async fn run(
         });
     }
     suite.cleanup().await;
-    results
+    Ok(results)
 }
 
 struct Suite<'a> {

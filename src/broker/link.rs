@@ -214,6 +214,10 @@ pub async fn supervise(
                 since: now_ms(),
                 reason,
             },
+            Err(error @ ConnectError::NoVhost { .. }) => LinkStatus::Refused {
+                since: now_ms(),
+                reason: error.to_string(),
+            },
             Err(ConnectError::Unreachable { reason, .. }) => LinkStatus::Unreachable {
                 since: now_ms(),
                 reason,

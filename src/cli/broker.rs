@@ -359,7 +359,17 @@ async fn run_contract(
         out.note(&format!("error: {reason}"));
         return exit::code(exit::USAGE);
     }
-    let vhost = vhost.unwrap_or(&uri.vhost).to_owned();
+    let vhost = match vhost {
+        // A fleet's vhost is `/FLEET`: `fleet01` is taken to mean `/fleet01`, and said so.
+        Some(given) if !given.starts_with('/') => {
+            out.note(&format!(
+                "note: vhost `{given}` has no leading slash; fleet vhosts are `/FLEET`: checking `/{given}`"
+            ));
+            format!("/{given}")
+        }
+        Some(given) => given.to_owned(),
+        None => uri.vhost.clone(),
+    };
     out.line(&format!(
         "contract for user `{}` on vhost `{vhost}` at {} ({queue_type:?} queues)",
         uri.user,
@@ -369,7 +379,15 @@ async fn run_contract(
         out.note(&format!("error: `{sibling}` is not a valid host name"));
         return exit::code(exit::USAGE);
     }
-    let results = contract::run(&uri, &vhost, queue_type, sibling).await;
+    let results = match contract::run(&uri, &vhost, queue_type, sibling).await {
+        Ok(results) => results,
+        Err(error) => {
+            out.note(&format!(
+                "error: {error}: nothing to prove (a fleet's vhost is `/FLEET`; `rabbitmqctl list_vhosts` lists them)"
+            ));
+            return exit::code(exit::FAILED);
+        }
+    };
     let passed = results.iter().filter(|r| r.outcome.is_ok()).count();
     for result in &results {
         match &result.outcome {

@@ -70,6 +70,13 @@ impl Session {
     }
 
     pub fn call(&mut self, method: &str, params: Value) -> Value {
+        let response = self.request(method, params);
+        assert!(response["error"].is_null(), "{method}: {response}");
+        response["result"].clone()
+    }
+
+    /// One request; the whole JSON-RPC response (an error included).
+    pub fn request(&mut self, method: &str, params: Value) -> Value {
         let id = self.next;
         self.next += 1;
         let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
@@ -83,21 +90,32 @@ impl Session {
             self.transcript.push('\n');
             let value: Value = serde_json::from_str(&reply).unwrap();
             if value["id"] == id {
-                assert!(value["error"].is_null(), "{method}: {value}");
-                return value["result"].clone();
+                return value;
             }
         }
     }
 
-    /// Calls a tool; returns its text output parsed as JSON, and whether it is an error.
+    /// Calls a tool; returns its output (the structured content, else the text parsed as
+    /// JSON, else the text), and whether it is an error.
     pub fn tool(&mut self, name: &str, arguments: Value) -> (Value, bool) {
         let result = self.call("tools/call", json!({"name": name, "arguments": arguments}));
+        if !result["structuredContent"].is_null() {
+            return (
+                result["structuredContent"].clone(),
+                result["isError"] == true,
+            );
+        }
         let text = result["content"][0]["text"]
             .as_str()
             .unwrap_or_default()
             .to_owned();
         let parsed = serde_json::from_str(&text).unwrap_or(Value::String(text));
         (parsed, result["isError"] == true)
+    }
+
+    /// Calls a tool; the whole JSON-RPC response (a protocol error included).
+    pub fn tool_response(&mut self, name: &str, arguments: Value) -> Value {
+        self.request("tools/call", json!({"name": name, "arguments": arguments}))
     }
 }
 
