@@ -389,7 +389,13 @@ async fn main() {
     let pump_channel = confirm_channel(&connection).await.unwrap();
     let pumping = Arc::clone(&sender);
     tokio::spawn(async move {
-        let mut outlets = Outlets::new(pump_channel, "/", uri, Arc::clone(&pumping));
+        let mut outlets = Outlets::new(
+            pump_channel,
+            "/",
+            uri,
+            Arc::clone(&pumping),
+            Duration::from_secs(2),
+        );
         let mut pump = Pump::default();
         // The link's loop: woken by new entries, runs again once idle after settling, and
         // every 2 s.

@@ -79,7 +79,13 @@ impl Backlog {
         }
         assert_eq!(courier.state().outbox_list().unwrap().len(), backlog);
         let channel = confirm_channel(&connection).await.unwrap();
-        let outlets = Outlets::new(channel, &vhost, Arc::new(uri), Arc::clone(&courier));
+        let outlets = Outlets::new(
+            channel,
+            &vhost,
+            Arc::new(uri),
+            Arc::clone(&courier),
+            std::time::Duration::from_secs(2),
+        );
         Backlog {
             fleet,
             courier,
@@ -191,5 +197,55 @@ async fn a_backlog_larger_than_the_in_flight_bound_goes_out_as_a_bounded_stream(
         "{most} publishes awaited confirms at once (bound {MAX_IN_FLIGHT})"
     );
     assert_eq!(b.queued().await, BACKLOG, "each message published once");
+    b.outlets.close().await;
+}
+
+/// A foreign vhost the broker refuses every time (here: one that does not exist) is retried
+/// with growing rests — 2 s, 4 s, 8 s … up to the cap — not on every round, and the message
+/// stays in the outbox (it expires there, logged once, rather than being retried for a day).
+#[tokio::test]
+async fn a_foreign_vhost_that_keeps_refusing_is_retried_with_growing_rests() {
+    let mut b = Backlog::new(0).await;
+    b.outlets = {
+        let channel = confirm_channel(&b._connection).await.unwrap();
+        let uri = BrokerUri::parse(&SecretString::from(format!(
+            "amqp://{f}:Pw{n}x@127.0.0.1:5672/%2F{f}",
+            f = b.fleet,
+            n = b.fleet.trim_start_matches("pump")
+        )))
+        .unwrap();
+        Outlets::new(
+            channel,
+            &format!("/{}", b.fleet),
+            Arc::new(uri),
+            Arc::clone(&b.courier),
+            Duration::from_secs(30),
+        )
+    };
+    let missing = format!("nofleet{}", nonce());
+    b.courier
+        .send(
+            Party {
+                fleet: missing.clone(),
+                host: "hostz".to_owned(),
+            },
+            Uuid::now_v7(),
+            None,
+            "for nobody".to_owned(),
+        )
+        .unwrap();
+    let mut pump = Pump::default();
+    // The link's loop runs the pump at least every second (its retry tick): 15 rounds here.
+    let start = std::time::Instant::now();
+    while start.elapsed() < Duration::from_secs(15) {
+        pump.run(&b.courier, &b.fleet, &mut b.outlets)
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let failures = b.outlets.failures(&format!("/{missing}"));
+    // Attempts at 0, 2, 6 and 14 s: four (a fixed 2 s rest would have made eight).
+    assert!((2..=4).contains(&failures), "{failures} attempts in 15 s");
+    assert_eq!(b.left(), 1, "the message waits in the outbox");
     b.outlets.close().await;
 }

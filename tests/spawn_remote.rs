@@ -111,6 +111,38 @@ max_instances = 1
     );
     assert_eq!(tmux.panes().len(), before, "nothing launched on w1");
 
+    // A host the roster has never heard of, or a known host under a wrong fleet, is answered at
+    // once with what the roster knows (through the CLI and through MCP); nothing is queued.
+    let asked = std::time::Instant::now();
+    let (ok, text) = laptop.spawn_cli(&["--host", "nowhere", "--profile", "worker"]);
+    assert!(
+        !ok && text.contains("host `nowhere` is not in the roster")
+            && text.contains(&format!("{b}/w1")),
+        "{text}"
+    );
+    let (ok, text) =
+        laptop.spawn_cli(&["--host", "w1", "--fleet", "nofleet", "--profile", "worker"]);
+    assert!(
+        !ok && text.contains("no host `w1` of fleet `nofleet`"),
+        "{text}"
+    );
+    let mut mcp = common::mcp::Session::start(&laptop);
+    mcp.initialize();
+    let (reply, error) = mcp.tool(
+        "spawn",
+        serde_json::json!({"profile": "worker", "host": "nowhere"}),
+    );
+    assert!(
+        error && reply.to_string().contains("not in the roster"),
+        "{reply}"
+    );
+    drop(mcp);
+    let answered = asked.elapsed();
+    assert!(
+        answered < Duration::from_secs(15),
+        "answered after {answered:?}"
+    );
+
     // Spawned for the primary: it may give the worker tasks with no `[[message]]` rule.
     let primary = laptop.open_agent("primary");
     let (ok, started) = spawn(

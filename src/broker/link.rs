@@ -402,6 +402,7 @@ impl Served<'_> {
             &self.uri.vhost,
             Arc::clone(self.uri),
             Arc::clone(self.courier),
+            self.settings.backoff_cap,
         );
         let mut pump = Pump::default();
         // Set while the own publishing channel is closed and the connection lives: when to try a
@@ -727,7 +728,7 @@ impl Served<'_> {
             .await;
             if let Err(reason) = sent {
                 debug!(peer.fleet = %fleet, %reason, "presence not sent; retried next beat");
-                outlets.drop_foreign(&vhost);
+                outlets.fail_foreign(&vhost, &reason);
             }
         }
     }

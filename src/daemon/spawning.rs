@@ -200,29 +200,46 @@ impl Gateway {
         fleet: Option<String>,
         ask: &SpawnAsk,
     ) -> Result<Value, RouterError> {
-        let fleet = match fleet {
-            Some(fleet) => fleet,
-            None => {
-                let rows = self.roster.lock().map(|r| r.view()).unwrap_or_default();
-                let mut fleets: Vec<String> = rows
-                    .into_iter()
-                    .filter(|r| r.host == host)
-                    .map(|r| r.fleet)
-                    .collect();
-                fleets.dedup();
-                match fleets.as_slice() {
-                    [one] => one.clone(),
-                    [] => {
-                        return Err(RouterError::Invalid(format!(
-                            "host `{host}` is not in the roster (give `--fleet`)"
-                        )));
-                    }
-                    _ => {
-                        return Err(RouterError::Invalid(format!(
-                            "host `{host}` is in several fleets: give `--fleet`"
-                        )));
-                    }
-                }
+        // Only a gateway the roster has heard from can answer: anything else is refused now,
+        // naming what the roster knows, instead of a request retried until it expires.
+        let rows = self.roster.lock().map(|r| r.view()).unwrap_or_default();
+        let known = || {
+            let all: Vec<String> = rows
+                .iter()
+                .map(|r| format!("{}/{}", r.fleet, r.host))
+                .collect();
+            if all.is_empty() {
+                "the roster is empty".to_owned()
+            } else {
+                format!("the roster has {}", all.join(", "))
+            }
+        };
+        let mut fleets: Vec<String> = rows
+            .iter()
+            .filter(|r| r.host == host)
+            .map(|r| r.fleet.clone())
+            .collect();
+        fleets.dedup();
+        let fleet = match (fleet, fleets.as_slice()) {
+            (Some(fleet), _) if fleets.contains(&fleet) => fleet,
+            (Some(fleet), _) => {
+                return Err(RouterError::Invalid(format!(
+                    "no host `{host}` of fleet `{fleet}` in the roster ({}): it has not been heard from, or this host cannot reach that fleet",
+                    known()
+                )));
+            }
+            (None, [one]) => one.clone(),
+            (None, []) => {
+                return Err(RouterError::Invalid(format!(
+                    "host `{host}` is not in the roster ({}): it has not been heard from",
+                    known()
+                )));
+            }
+            (None, _) => {
+                return Err(RouterError::Invalid(format!(
+                    "host `{host}` is in several fleets ({}): give `--fleet`",
+                    fleets.join(", ")
+                )));
             }
         };
         let request = spawn_request(ask);

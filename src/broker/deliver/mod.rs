@@ -34,6 +34,11 @@ use crate::wire::{
 /// How long an envelope stays valid: long enough to outlast a broker outage in the outbox or a
 /// host's downtime in its queue (the longest a receiver accepts).
 pub const MESSAGE_TTL_MS: i64 = wire::MAX_LIFETIME_MS;
+
+/// How long a spawn request lives: a little over the longest the requester waits for the reply
+/// (290 s). One its gateway cannot take by then expires in the outbox (logged once) instead of
+/// being retried for a day.
+pub const SPAWN_REQUEST_TTL_MS: i64 = 10 * 60 * 1000;
 /// Most outbox entries published per pump round (the rest follow as confirms arrive).
 const PUMP_ROUND: usize = 256;
 /// Most publishes awaiting the broker's confirm at once: a backlog (after an outage) goes out
@@ -238,9 +243,14 @@ impl Courier {
         self.key.is_some()
     }
 
-    /// Seals `payload` from this host to `dest`, valid for [`MESSAGE_TTL_MS`].
+    /// Seals `payload` from this host to `dest`, valid for [`MESSAGE_TTL_MS`] (a spawn request
+    /// for [`SPAWN_REQUEST_TTL_MS`]).
     pub fn seal(&self, dest: Party, payload: &Payload) -> Result<Sealed, CourierError> {
         let key = self.key.as_ref().ok_or(CourierError::NoBroker)?;
+        let lifetime = match payload {
+            Payload::SpawnRequest(_) => SPAWN_REQUEST_TTL_MS,
+            _ => MESSAGE_TTL_MS,
+        };
         let now = now_ms();
         let meta = Meta {
             version: wire::VERSION,
@@ -250,7 +260,7 @@ impl Courier {
             dest,
             key_id: String::new(),
             created_ms: now,
-            expires_ms: now + MESSAGE_TTL_MS,
+            expires_ms: now + lifetime,
         };
         Ok(wire::seal(meta, payload, key))
     }

@@ -23,6 +23,10 @@ use crate::wire::{DeliveryState, Tracked};
 #[derive(Default)]
 pub struct Pump {
     in_flight: HashSet<Uuid>,
+    /// The vhost of each in-flight publish to a foreign vhost.
+    in_flight_foreign: HashMap<Uuid, String>,
+    /// Foreign vhosts a publish to was confirmed since the last run.
+    confirmed_foreign: HashSet<String>,
     /// Returns whose message's own confirm has not been read yet.
     returns: Returns,
     confirms: JoinSet<(Uuid, Result<Confirmation, String>)>,
@@ -33,7 +37,9 @@ pub struct Pump {
 /// Why a message that expired before the broker took it failed.
 const EXPIRED_HERE: &str = "expired in this host's outbox before the broker took it";
 
-/// How long a foreign vhost that could not be opened is left alone before the next attempt.
+/// How long a foreign vhost that could not be opened (or closed the channel on a publish) is
+/// left alone before the next attempt: doubled after each failure of a spell, up to the link's
+/// backoff cap (`broker.backoff_cap_secs`).
 const FOREIGN_RETRY: Duration = Duration::from_secs(2);
 
 /// Confirm channels to publish on: the own vhost's, and one publish-only connection per foreign
@@ -47,7 +53,11 @@ pub struct Outlets {
     uri: Arc<BrokerUri>,
     courier: Arc<Courier>,
     foreign: HashMap<String, Foreign>,
-    failing: HashSet<String>,
+    /// Foreign vhosts failing now: how many attempts failed in this spell, and when the last
+    /// did (logged once when a spell starts and once when a publish there is confirmed again).
+    failing: HashMap<String, (u32, Instant)>,
+    /// The longest rest between attempts at a failing foreign vhost.
+    cap: Duration,
 }
 
 /// A foreign vhost's open connection: a confirm channel for messages, and a channel without
@@ -77,6 +87,7 @@ impl Outlets {
         own_vhost: &str,
         uri: Arc<BrokerUri>,
         courier: Arc<Courier>,
+        cap: Duration,
     ) -> Outlets {
         Outlets {
             own,
@@ -85,7 +96,8 @@ impl Outlets {
             uri,
             courier,
             foreign: HashMap::new(),
-            failing: HashSet::new(),
+            failing: HashMap::new(),
+            cap: cap.max(FOREIGN_RETRY),
         }
     }
 
@@ -121,29 +133,30 @@ impl Outlets {
     fn foreign(&mut self, vhost: &str) -> Option<&Opened> {
         let usable = match self.foreign.get_mut(vhost) {
             Some(Foreign::Open(opened)) => {
-                opened.connection.status().connected()
+                let usable = opened.connection.status().connected()
                     && opened.confirm.status().connected()
-                    && opened.beats.status().connected()
+                    && opened.beats.status().connected();
+                if !usable {
+                    // The broker closed it (a publish it refused: no such exchange, no right):
+                    // rest before reopening, or every round would reopen and fail again.
+                    self.fail_foreign(vhost, "the broker closed the channel");
+                    return None;
+                }
+                true
             }
             Some(Foreign::Opening(pending)) => match pending.try_recv() {
                 Err(oneshot::error::TryRecvError::Empty) => return None,
                 Ok(Ok(opened)) => {
-                    if self.failing.remove(vhost) {
-                        tracing::info!(%vhost, "foreign vhost reachable again");
-                    }
                     self.foreign
                         .insert(vhost.to_owned(), Foreign::Open(Box::new(opened)));
                     true
                 }
                 Ok(Err(reason)) => {
-                    if self.failing.insert(vhost.to_owned()) {
-                        tracing::warn!(%vhost, %reason, "cannot publish to a foreign vhost; retrying");
-                    }
-                    self.rest(vhost);
+                    self.fail_foreign(vhost, &reason);
                     return None;
                 }
                 Err(oneshot::error::TryRecvError::Closed) => {
-                    self.rest(vhost);
+                    self.fail_foreign(vhost, "the connection attempt was dropped");
                     return None;
                 }
             },
@@ -173,17 +186,45 @@ impl Outlets {
         None
     }
 
-    /// Leaves `vhost` alone for [`FOREIGN_RETRY`].
-    fn rest(&mut self, vhost: &str) {
-        self.foreign.insert(
-            vhost.to_owned(),
-            Foreign::Resting(Instant::now() + FOREIGN_RETRY),
-        );
+    /// An attempt at foreign `vhost` failed: its connection (if open) is closed and it rests,
+    /// longer after each failure in a row; the first failure of a spell is logged.
+    pub fn fail_foreign(&mut self, vhost: &str, reason: &str) {
+        let now = Instant::now();
+        let quiet = self.cap.saturating_mul(4);
+        let spell = self.failing.entry(vhost.to_owned()).or_insert((0, now));
+        // A failure long after the last one starts a new spell (the vhost worked in between).
+        if spell.0 > 0 && now.duration_since(spell.1) > quiet {
+            spell.0 = 0;
+        }
+        spell.0 = spell.0.saturating_add(1);
+        spell.1 = now;
+        let failures = spell.0;
+        if failures == 1 {
+            tracing::warn!(%vhost, %reason, "cannot publish to a foreign vhost; retrying with backoff");
+        }
+        let rest = FOREIGN_RETRY
+            .saturating_mul(2u32.saturating_pow(failures.saturating_sub(1).min(8)))
+            .min(self.cap);
+        if let Some(Foreign::Open(opened)) = self
+            .foreign
+            .insert(vhost.to_owned(), Foreign::Resting(Instant::now() + rest))
+        {
+            tokio::spawn(async move {
+                let _ = opened.connection.close(200, "resting".into()).await;
+            });
+        }
     }
 
-    /// Marks a foreign vhost's channel broken (reopened on next use).
-    pub fn drop_foreign(&mut self, vhost: &str) {
-        self.foreign.remove(vhost);
+    /// How many attempts at foreign `vhost` failed in its current spell (0: none failing).
+    pub fn failures(&self, vhost: &str) -> u32 {
+        self.failing.get(vhost).map_or(0, |spell| spell.0)
+    }
+
+    /// A publish to foreign `vhost` was confirmed: a failure spell (if any) is over.
+    pub fn foreign_ok(&mut self, vhost: &str) {
+        if self.failing.remove(vhost).is_some() {
+            tracing::info!(%vhost, "foreign vhost reachable again");
+        }
     }
 
     /// Closes the foreign connections (one still opening closes itself when it finds nobody
@@ -233,6 +274,9 @@ impl Pump {
         user: &str,
         outlets: &mut Outlets,
     ) -> Result<(), String> {
+        for vhost in self.confirmed_foreign.drain() {
+            outlets.foreign_ok(&vhost);
+        }
         let round = PUMP_ROUND.min(MAX_IN_FLIGHT.saturating_sub(self.in_flight.len()));
         if round == 0 {
             self.behind = true;
@@ -296,6 +340,9 @@ impl Pump {
                 Ok(confirm) => {
                     progressed = true;
                     self.in_flight.insert(id);
+                    if record.vhost != courier.vhost {
+                        self.in_flight_foreign.insert(id, record.vhost.clone());
+                    }
                     self.confirms
                         .spawn(async move { (id, confirm.await.map_err(|e| e.to_string())) });
                 }
@@ -304,8 +351,7 @@ impl Pump {
                     return Err(error.to_string());
                 }
                 Err(error) => {
-                    tracing::debug!(%error, vhost = %record.vhost, "publish to a foreign vhost failed; retried later");
-                    outlets.drop_foreign(&record.vhost);
+                    outlets.fail_foreign(&record.vhost, &error.to_string());
                     blocked.insert(record.vhost.clone());
                 }
             }
@@ -353,9 +399,11 @@ impl Pump {
                 continue;
             };
             self.in_flight.remove(&id);
+            let foreign = self.in_flight_foreign.remove(&id);
             // lapin hands a return to whichever confirm completes next: kept by message id.
             match answer {
                 Ok(Confirmation::Ack(r)) => {
+                    self.confirmed_foreign.extend(foreign);
                     returned.extend(returned_id(r.as_deref()));
                     confirms.push((id, Answer::Ack));
                 }
