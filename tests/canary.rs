@@ -140,15 +140,18 @@ fn canaries_from_all_three_sources_never_leak() {
     canaries.assert_absent("secret check", &out);
     assert!(output.status.success(), "{out}");
     assert!(
-        out.contains("broker-uri: from environment variable `FLEETD_TEST_URI`"),
+        out.contains("`broker-uri` resolved from environment variable `FLEETD_TEST_URI`"),
         "{out}"
     );
     assert!(
-        out.contains("cred-canary: from systemd credential"),
+        out.contains("`cred-canary` resolved from systemd credential"),
         "{out}"
     );
     assert!(
-        out.contains(&format!("{}: from os keyring", canaries.keyring_name)),
+        out.contains(&format!(
+            "`{}` resolved from os keyring",
+            canaries.keyring_name
+        )),
         "{out}"
     );
 
@@ -438,4 +441,43 @@ fn an_invalid_policy_stops_start_up_and_a_bad_reload_keeps_the_last_good_one() {
         !all.contains(secret),
         "a refused value never reaches the log: {all}"
     );
+}
+
+/// Secret *names* are not secrets: `config check` and `secret check` print them readably, even
+/// names that say `token`, `password` or `key` (the scrubber once took them for values).
+#[test]
+fn secret_names_stay_readable_in_config_and_secret_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("fleetd.toml");
+    std::fs::write(
+        &config,
+        "host = \"h\"\nfleet = \"f\"\n[secrets.github-token]\nenv = \"GITHUB_TOKEN\"\n\
+         [secrets.db-password]\nenv = \"DB_PASSWORD\"\n[secrets.api_key]\n",
+    )
+    .unwrap();
+    let config = config.to_str().unwrap();
+    let checked = text(
+        &fleetd(&["--config", config, "config", "check"], dir.path())
+            .output()
+            .unwrap(),
+    );
+    let resolved = text(
+        &fleetd(&["--config", config, "secret", "check"], dir.path())
+            .env("GITHUB_TOKEN", "ghp_not-a-real-token-but-long-enough-0123")
+            .output()
+            .unwrap(),
+    );
+    for name in ["github-token", "db-password", "api_key"] {
+        assert!(checked.contains(&format!("`{name}`")), "{checked}");
+        assert!(resolved.contains(&format!("`{name}`")), "{resolved}");
+    }
+    assert!(
+        !checked.contains("[redacted") && !resolved.contains("[redacted"),
+        "{checked}{resolved}"
+    );
+    assert!(
+        resolved.contains("`github-token` resolved from environment variable `GITHUB_TOKEN`"),
+        "{resolved}"
+    );
+    assert!(resolved.contains("`api_key` unresolved"), "{resolved}");
 }

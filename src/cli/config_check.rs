@@ -38,7 +38,8 @@ pub(super) fn run(path: Option<&Path>, out: &Output) -> ExitCode {
             ));
             for spec in &config.secrets {
                 out.line(&format!(
-                    "  secret: {}{}",
+                    // No colon after `secret`: the scrubber would take the name for a value.
+                    "  named secret `{}`{}",
                     spec.name,
                     spec.env
                         .as_ref()

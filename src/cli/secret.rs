@@ -107,14 +107,16 @@ fn check(config: Option<&Path>, out: &Output) -> ExitCode {
                         }
                     };
                 }
+                // Names are not secrets, but `NAME: value` reads to the scrubber like a secret
+                // assignment when NAME says `token` or `password`: no colon after a name.
                 out.line(&format!(
-                    "{}: from {}{note}",
+                    "`{}` resolved from {}{note}",
                     resolved.name, resolved.source
                 ));
             }
             Err(error) => {
                 failed = true;
-                out.line(&format!("{}: unresolved: {error}", spec.name));
+                out.line(&format!("`{}` unresolved — {error}", spec.name));
             }
         }
     }
