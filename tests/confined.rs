@@ -47,11 +47,18 @@ fn main() {
     if std::env::var_os("FLEETD_CONFINE").is_some() {
         launcher();
     }
-    let tests: [(&str, fn()); 2] = [
+    if std::env::var_os("FLEETD_NO_LANDLOCK").is_some() {
+        without_landlock();
+    }
+    let tests: [(&str, fn()); 3] = [
         ("the_harness_refuses_what_the_unit_refuses", probe_test),
         (
             "confined_fleetd_connects_serves_and_is_refused",
             fleetd_test,
+        ),
+        (
+            "required_sandbox_without_landlock_says_why",
+            no_landlock_test,
         ),
     ];
     let filter: Vec<String> = std::env::args()
@@ -611,4 +618,64 @@ fn fleetd_test() {
         !seen.contains(&password),
         "the broker password reached the log"
     );
+}
+
+// ---- Landlock refused by seccomp (as some container runtimes do) ----------------------------
+
+/// Launcher mode: refuses Landlock's three system calls with ENOSYS, then runs the command after
+/// `--` (the kernel has Landlock; the filter makes it look absent, as a container's would).
+fn without_landlock() -> ! {
+    const ENOSYS: u32 = 38;
+    let numbers = syscall_numbers();
+    let landlock: BTreeMap<i64, Vec<SeccompRule>> = [
+        "landlock_create_ruleset",
+        "landlock_add_rule",
+        "landlock_restrict_self",
+    ]
+    .iter()
+    .map(|name| (numbers[*name], Vec::new()))
+    .collect();
+    rustix::thread::set_no_new_privs(true).unwrap();
+    seccompiler::apply_filter(&filter(
+        landlock,
+        SeccompAction::Allow,
+        SeccompAction::Errno(ENOSYS),
+    ))
+    .unwrap();
+    let args: Vec<String> = std::env::args().skip_while(|a| a != "--").skip(1).collect();
+    let error = Command::new(&args[0])
+        .args(&args[1..])
+        .env_remove("FLEETD_NO_LANDLOCK")
+        .exec();
+    eprintln!("cannot execute {}: {error}", args[0]);
+    std::process::exit(127);
+}
+
+/// `sandbox = "required"` where Landlock's system calls are refused: fleetd does not start, and
+/// says Landlock is unavailable and why — not the crate's access-right bit sets.
+fn no_landlock_test() {
+    let dir = scratch();
+    let config = common::solo_config(dir.path(), "nolandlock", "sandbox = \"required\"\n");
+    let output = Command::new(std::env::current_exe().unwrap())
+        .env("FLEETD_NO_LANDLOCK", "1")
+        .env("HOME", dir.path())
+        .args([
+            "--",
+            common::BIN,
+            "--config",
+            config.to_str().unwrap(),
+            "run",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !output.status.success(),
+        "started without Landlock: {stderr}"
+    );
+    assert!(
+        stderr.contains("Landlock is unavailable to fleetd") && stderr.contains("ENOSYS"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("BitFlags"), "{stderr}");
 }

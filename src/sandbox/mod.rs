@@ -163,6 +163,13 @@ pub enum SandboxError {
     /// Landlock refused the ruleset (or a rule).
     #[error("cannot build the landlock sandbox: {0}")]
     Landlock(String),
+    /// `sandbox = "required"` on a system where Landlock cannot be used at all.
+    #[error(
+        "sandbox = \"required\" but Landlock is unavailable to fleetd: {0}; nothing can be \
+         confined. Enable Landlock (boot with `lsm=…,landlock`; allow landlock_* in the container's \
+         seccomp profile) or set sandbox = \"best-effort\" to run unconfined, logged"
+    )]
+    Unavailable(String),
     /// A directory the plan needs could not be created.
     #[error("cannot create `{}`", .path.display())]
     Directory {
@@ -191,7 +198,16 @@ pub fn apply(plan: &Plan, mode: SandboxMode) -> Result<Enforced, SandboxError> {
     for dir in plan.write.iter().filter(|d| !d.starts_with("/dev")) {
         create_private_dir(dir)?;
     }
-    let enforced = restrict(plan, mode == SandboxMode::Required)?;
+    let enforced = match restrict(plan, mode == SandboxMode::Required) {
+        Err(SandboxError::Landlock(reason)) if mode == SandboxMode::Required => {
+            // The crate's message for a kernel without Landlock names access-right bit sets;
+            // ask the kernel what is wrong instead.
+            return Err(
+                unavailable().map_or(SandboxError::Landlock(reason), SandboxError::Unavailable)
+            );
+        }
+        other => other?,
+    };
     if mode == SandboxMode::Required && enforced.level != Level::Full {
         return Err(SandboxError::NotFullyEnforced(enforced.to_string()));
     }
@@ -208,6 +224,41 @@ fn create_private_dir(dir: &Path) -> Result<(), SandboxError> {
             path: dir.to_owned(),
             source,
         })
+}
+
+/// Why Landlock cannot be used here at all, if that is so: asked on a throwaway thread (Landlock
+/// confines only the calling thread and what it starts, so the probe confines nothing else).
+#[cfg(target_os = "linux")]
+fn unavailable() -> Option<String> {
+    use landlock::{AccessFs, LandlockStatus, Ruleset, RulesetAttr};
+    let probe = std::thread::spawn(|| {
+        let status = Ruleset::default()
+            .handle_access(AccessFs::Execute)
+            .ok()?
+            .create()
+            .ok()?
+            .restrict_self()
+            .ok()?;
+        Some(status.landlock)
+    });
+    match probe.join().ok().flatten() {
+        Some(LandlockStatus::NotImplemented) => Some(
+            "the kernel does not implement it, or a seccomp filter (a container runtime's) \
+             refuses its system calls (ENOSYS)"
+                .to_owned(),
+        ),
+        Some(LandlockStatus::NotEnabled) => Some(
+            "the kernel has it but it is not enabled (EOPNOTSUPP: not in the `lsm=` list)"
+                .to_owned(),
+        ),
+        Some(LandlockStatus::Available { .. }) => None,
+        None => Some("its system calls fail (a seccomp filter may refuse them)".to_owned()),
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn unavailable() -> Option<String> {
+    Some("it exists only on Linux".to_owned())
 }
 
 #[cfg(target_os = "linux")]
