@@ -107,8 +107,11 @@ fn show(config: Option<&Path>, out: &Output) -> ExitCode {
     {
         Ok(key) => key,
         Err(message) => {
+            // A key the unit holds is not the caller's to recreate: point at where it lives.
             out.note(&format!(
-                "error: {message}\n  `fleetd key init` creates one"
+                "error: {message}\n  for the unit fleetd@NAME: `fleetd --instance NAME key show` \
+                 (reads /etc/fleetd/credentials/NAME/host-key); only a host with no key yet \
+                 needs `fleetd key init --credential-file …`"
             ));
             return exit::code(exit::FAILED);
         }
@@ -127,6 +130,12 @@ fn print_pin(key: &HostKey, config: Option<&Path>, out: &Output) {
     };
     out.line(&format!("key id: {}", key.public().key_id()));
     out.line(&format!("public key: {}", key.public()));
+    if fleet == "FLEET" {
+        out.line(
+            "(no config with this host's fleet was found: replace FLEET and HOST below, or run \
+             again with --config or --instance once the config exists)",
+        );
+    }
     out.line("pin it on every peer (fleetd.toml):");
     out.line(&format!(
         "[[peer]]\nfleet = \"{fleet}\"\nhost = \"{host}\"\npubkey = \"{}\"",

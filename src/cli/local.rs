@@ -93,8 +93,16 @@ pub(super) fn ask_with(
     let reply = match runtime.block_on(client.ask(&request)) {
         Ok(reply) => reply,
         Err(error) => {
+            let hint = match crate::config::instance() {
+                Some(name) => {
+                    format!("is fleetd@{name} running? (`systemctl status fleetd@{name}`)")
+                }
+                None => "is `fleetd run` running as this user? Under the unit, add \
+                         `--instance NAME` (fleetd@NAME's socket is /run/fleetd/NAME)"
+                    .to_owned(),
+            };
             out.note(&format!(
-                "error: cannot reach fleetd at `{}`: {error}\n  is `fleetd run` running as this user?",
+                "error: cannot reach fleetd at `{}`: {error}\n  {hint}",
                 client.socket().display()
             ));
             return exit::code(exit::FAILED);

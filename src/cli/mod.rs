@@ -32,6 +32,12 @@ pub struct Cli {
     #[arg(long, global = true, value_name = "PATH")]
     pub config: Option<PathBuf>,
 
+    /// Act for the unit instance fleetd@NAME: its config (/etc/fleetd/fleetd.toml), socket
+    /// (/run/fleetd/NAME), state and audit log (/var/lib/fleetd/NAME) and credentials
+    /// (/etc/fleetd/credentials/NAME), not the caller's own directories.
+    #[arg(long, global = true, value_name = "NAME", env = "FLEETD_INSTANCE")]
+    pub instance: Option<String>,
+
     /// Log format, overriding the config.
     #[arg(long, global = true, value_enum)]
     pub log_format: Option<LogFormatArg>,
@@ -220,6 +226,15 @@ pub fn main() -> ExitCode {
         }
     };
     let out = Output::default();
+    if let Some(name) = &cli.instance {
+        if let Err(reason) = crate::config::use_instance(name) {
+            out.note(&format!("error: --instance: {reason}"));
+            return exit::code(exit::USAGE);
+        }
+        crate::secret::use_credentials_dir(
+            std::path::Path::new("/etc/fleetd/credentials").join(name),
+        );
+    }
     match cli.command {
         Command::Run => run::run(&cli.config, cli.log_format.map(Into::into), &out),
         Command::Scrub { ref known } => scrub::run(known.as_deref(), &out),

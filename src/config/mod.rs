@@ -277,9 +277,42 @@ impl Config {
     }
 }
 
-/// The files tried, in order, when neither `--config` nor `$FLEETD_CONFIG` is given.
+/// The `fleetd@NAME` unit instance the command line acts for (`--instance NAME`), set once at
+/// start: its paths are the unit's (`/etc/fleetd`, `/var/lib/fleetd/NAME`, `/run/fleetd/NAME`),
+/// not the caller's XDG directories.
+static INSTANCE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Acts for unit instance `name` from now on (see [`instance`]); `Err` for a name systemd would
+/// not take as an instance, or when another one was set already.
+pub fn use_instance(name: &str) -> Result<(), String> {
+    let valid = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c))
+        && !name.starts_with('.');
+    if !valid {
+        return Err(format!(
+            "`{name}` is not an instance name (1-64 of A-Z a-z 0-9 _ . -, as in fleetd@NAME)"
+        ));
+    }
+    INSTANCE
+        .set(name.to_owned())
+        .map_err(|_| "an instance is set already".to_owned())
+}
+
+/// The unit instance the command line acts for, if any.
+pub fn instance() -> Option<&'static str> {
+    INSTANCE.get().map(String::as_str)
+}
+
+/// The files tried, in order, when neither `--config` nor `$FLEETD_CONFIG` is given (for an
+/// instance, the unit's `/etc/fleetd/fleetd.toml` first).
 pub fn search_path() -> Vec<PathBuf> {
     let mut paths = Vec::new();
+    if instance().is_some() {
+        paths.push(PathBuf::from("/etc/fleetd/fleetd.toml"));
+    }
     if let Some(dir) = std::env::var_os("CONFIGURATION_DIRECTORY") {
         paths.push(PathBuf::from(dir).join("fleetd.toml"));
     }
@@ -300,15 +333,21 @@ fn default_paths() -> Paths {
     let from_env = |var: &str| std::env::var_os(var).map(PathBuf::from);
     let home = from_env("HOME").unwrap_or_else(|| PathBuf::from("/"));
     let uid = rustix::process::getuid().as_raw();
+    // systemd's own variables (the unit), then the instance the command line acts for (the
+    // unit's directories), then the caller's XDG directories.
+    let unit = |base: &str| instance().map(|name| Path::new(base).join(name));
     Paths {
         policy: from_env("CONFIGURATION_DIRECTORY")
             .map(|d| d.join("policy"))
+            .or_else(|| instance().map(|_| PathBuf::from("/etc/fleetd/policy")))
             .or_else(|| config_home().map(|d| d.join("fleetd").join("policy")))
             .unwrap_or_else(|| PathBuf::from("/etc/fleetd/policy")),
         state: from_env("STATE_DIRECTORY")
+            .or_else(|| unit("/var/lib/fleetd"))
             .or_else(|| from_env("XDG_STATE_HOME").map(|d| d.join("fleetd")))
             .unwrap_or_else(|| home.join(".local/state/fleetd")),
         runtime: from_env("RUNTIME_DIRECTORY")
+            .or_else(|| unit("/run/fleetd"))
             .or_else(|| from_env("XDG_RUNTIME_DIR").map(|d| d.join("fleetd")))
             .unwrap_or_else(|| std::env::temp_dir().join(format!("fleetd-{uid}"))),
     }

@@ -63,8 +63,8 @@ impl Plan {
         plan.read.extend(config.file.iter().cloned());
         plan.read.push(config.paths.policy.clone());
         plan.read.extend(config.broker.ca_file.iter().cloned());
-        if let Some(dir) = std::env::var_os(crate::secret::ENV_CREDENTIALS_DIRECTORY) {
-            plan.read.push(PathBuf::from(dir)); // profiles' `credential:NAME` secrets, at spawn
+        if let Some(dir) = crate::secret::credentials_dir() {
+            plan.read.push(dir); // profiles' `credential:NAME` secrets, at spawn
         }
         if let Some(file) = std::env::var_os("SSL_CERT_FILE") {
             plan.read.push(PathBuf::from(file));

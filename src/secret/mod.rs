@@ -29,6 +29,22 @@ pub use uri::{BrokerUri, MAX_NODES, Node, UriError};
 /// The environment variable systemd sets to the unit's credential directory.
 pub const ENV_CREDENTIALS_DIRECTORY: &str = "CREDENTIALS_DIRECTORY";
 
+/// Where the command line reads credentials when systemd gave it none: a unit instance's
+/// `LoadCredential=` sources (`/etc/fleetd/credentials/NAME`), set once by `--instance`.
+static CREDENTIALS_FALLBACK: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// Reads credentials from `dir` when `$CREDENTIALS_DIRECTORY` is unset (set once).
+pub fn use_credentials_dir(dir: PathBuf) {
+    let _ = CREDENTIALS_FALLBACK.set(dir);
+}
+
+/// The systemd credentials directory: `$CREDENTIALS_DIRECTORY`, else the instance's.
+pub fn credentials_dir() -> Option<PathBuf> {
+    std::env::var_os(ENV_CREDENTIALS_DIRECTORY)
+        .map(PathBuf::from)
+        .or_else(|| CREDENTIALS_FALLBACK.get().cloned())
+}
+
 /// The conventional name of the broker URI secret (a systemd credential id, a keyring entry).
 pub const BROKER_URI: &str = "broker-uri";
 
@@ -192,8 +208,8 @@ pub fn lookup(from_keyring: bool, name: &SecretName) -> Result<Option<SecretStri
             }),
         };
     }
-    match std::env::var_os(ENV_CREDENTIALS_DIRECTORY) {
-        Some(dir) => read_credential(name, &Path::new(&dir).join(name.as_str())),
+    match credentials_dir() {
+        Some(dir) => read_credential(name, &dir.join(name.as_str())),
         None => Ok(None),
     }
 }
@@ -201,8 +217,8 @@ pub fn lookup(from_keyring: bool, name: &SecretName) -> Result<Option<SecretStri
 /// Resolves one secret from the first source that has it.
 pub fn resolve(spec: &SecretSpec) -> Result<Resolved, ResolveError> {
     let mut tried = Vec::new();
-    if let Some(dir) = std::env::var_os(ENV_CREDENTIALS_DIRECTORY) {
-        let path = Path::new(&dir).join(spec.name.as_str());
+    if let Some(dir) = credentials_dir() {
+        let path = dir.join(spec.name.as_str());
         if let Some(value) = read_credential(&spec.name, &path)? {
             return Ok(Resolved {
                 name: spec.name.clone(),
