@@ -1,17 +1,21 @@
 //! fleetd: a security-hardened per-host gateway that lets AI coding agents on several hosts work
 //! together through one AMQP broker.
 //!
-//! Module map (see docs/architecture.md; arrows are the only allowed imports):
+//! Module map (docs/architecture.md has what each module does). Each module imports only those
+//! listed after it; `tests/layering.rs` holds the leaves to importing nothing from the crate.
 //!
 //! ```text
-//! cli ──▶ daemon ──▶ config ──▶ secret, scrub
-//!   │        └────▶ secret, scrub, pane
-//!   └──▶ config, secret, scrub
-//! leaves (import nothing from the crate): scrub, secret, pane
+//! leaves:  scrub, secret, pane, state, wire
+//! policy   → scrub                    audit   → scrub
+//! roster   → wire                     route   → roster
+//! agent    → state                    spawn   → pane, policy
+//! sandbox  → config, secret
+//! broker   → agent, policy, roster, secret, state, wire
+//! api      → broker, roster, route, scrub
+//! config   → api, broker, roster, scrub, secret, state, wire   (the settings types they own)
+//! daemon   → everything above but cli
+//! cli      → api, audit, broker, config, daemon, policy, route, sandbox, scrub, secret, wire
 //! ```
-//!
-//! Later issues add `policy`, `broker`, `wire`, `state`, `roster`, `route`, `spawn`, `api`,
-//! `sandbox` and `audit` in the places STYLE.md gives them.
 #![forbid(unsafe_code)]
 
 pub mod agent;

@@ -15,9 +15,9 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use common::publish::{Publisher, SendOutcome};
 use common::{Fleets, grants, nonce};
 use fleetd::broker::inbound::{Accepted, Inbound, InboundRefusal};
-use fleetd::broker::publish::{Publisher, SendOutcome};
 use fleetd::broker::{connect, envelope, topology};
 use fleetd::secret::BrokerUri;
 use fleetd::state::{Limits, StateStore};

@@ -17,8 +17,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::{BIN, Fleets, eventually, grants, nonce, spawn_logged};
 
+use common::publish::{Publisher, SendOutcome};
 use fleetd::broker::connect;
-use fleetd::broker::publish::{Publisher, SendOutcome};
 use fleetd::broker::topology::ingress_exchange;
 use fleetd::secret::BrokerUri;
 use fleetd::state::{Limits, StateStore};

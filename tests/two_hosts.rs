@@ -759,7 +759,7 @@ fn refusals_reach_the_laptop_launch_nothing_and_are_audited_on_fleet01() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let scratch = tempfile::tempdir().unwrap();
     runtime.block_on(async {
-        use fleetd::broker::publish::Publisher;
+        use common::publish::Publisher;
         use fleetd::broker::{connect, envelope, topology as names};
         let state = std::sync::Arc::new(
             fleetd::state::StateStore::open(scratch.path(), fleetd::state::Limits::default())

@@ -7,7 +7,7 @@
 //! the reason and audited. No port is ever opened.
 //!
 //! Imports: `roster` (the view), `route` (the [`Router`] the daemon implements), `broker` (the
-//! link status type).
+//! link status type), `scrub` (every reply passes through it).
 
 pub mod mcp;
 pub mod peer;

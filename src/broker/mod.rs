@@ -2,8 +2,9 @@
 //! fleet topology, the least-privilege grants an operator applies, and the contract suite that
 //! proves a fleet credential's capabilities — and its isolation from other fleets' vhosts.
 //!
-//! Imports: `secret` (the broker URI), `wire` (envelopes), `state` (outbox, replay, dedupe).
-//! Never `pane`, `roster` or routing.
+//! Imports: `secret` (the broker URI), `wire` (envelopes), `state` (outbox, replay, dedupe),
+//! `roster` (the link feeds beats into it), `agent` (whom a message may reach), `policy` (the
+//! message policy). Never `pane` or routing.
 
 mod apply;
 mod connect;
@@ -13,7 +14,6 @@ pub mod envelope;
 pub mod grants;
 pub mod inbound;
 pub mod link;
-pub mod publish;
 pub mod topology;
 
 pub use apply::{ApplyError, BadNode, Rabbitmqctl, apply, apply_host};

@@ -1,6 +1,7 @@
 //! argv → [`Command`], and the exit codes. The only module that prints.
 //!
-//! Imports: `api` (its client), `broker`, `daemon`, `config`, `policy`, `secret`, `scrub`, `wire`.
+//! Imports: `api` (its client), `audit`, `broker`, `daemon`, `config`, `policy`, `route`,
+//! `sandbox`, `secret`, `scrub`, `wire`.
 
 mod audit;
 mod broker;

@@ -7,7 +7,9 @@
 //! credential is refused, naming the key, never echoing the value: secrets come from the secret
 //! sources (`src/secret/`), and the config only names them.
 //!
-//! Imports: `secret` (its `SecretSpec`), `broker` (its queue type), `scrub` (the detector).
+//! Imports: `secret` (its `SecretSpec`), `broker` (its queue type), `scrub` (the detector), and
+//! the settings types their modules own: `api` (socket access), `roster` (timings), `state`
+//! (limits), `wire` (pinned keys).
 
 mod diag;
 mod raw;

@@ -104,11 +104,12 @@ pub fn subscriber(
         filter: filter.to_owned(),
     })?;
     // lapin logs a returned message at WARN with its whole body, and frames at lower levels:
-    // message content must never reach a log. And it logs at ERROR every channel the broker
-    // closes and every channel still closing when fleetd stops — lines per retry, and on every
-    // clean stop. fleetd reports what it acts on itself (link states once per change, delivery
-    // states, refusals with the broker's reason), so lapin is silenced whatever the filter says.
-    for directive in ["lapin=off", "amq_protocol=off"] {
+    // message content must never reach a log, so lapin is held at ERROR whatever the filter says
+    // (fleetd reports returns itself, as delivery states). Not lower: with lapin's events turned
+    // off entirely, the three-node cluster run (tests/broker_cluster.rs) stalled reproducibly
+    // after a node fault — cross-fleet beats and deliveries stopped — while it passes with them
+    // at ERROR; the cause inside lapin 4.12 was not found (2026-12-06).
+    for directive in ["lapin=error", "amq_protocol=error"] {
         if let Ok(directive) = directive.parse() {
             filter = filter.add_directive(directive);
         }

@@ -161,6 +161,27 @@ pub async fn run(
     tasks.spawn(every(Duration::from_secs(2), stopped.clone(), move || {
         sweeping.sweep_agents();
     }));
+    // The replay cache, the dedupe records and old delivery records are kept only as long as
+    // they can matter (an envelope's life plus the skew; `dedupe_retention`): pruned at start and
+    // every ten minutes, so the store does not grow with every message ever seen.
+    let pruning = Arc::clone(&state);
+    tasks.spawn(every(PRUNE_EVERY, stopped.clone(), move || {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        match pruning.prune(now) {
+            Ok(pruned) if pruned.replay + pruned.dedupe + pruned.delivery > 0 => {
+                info!(
+                    state.replay = pruned.replay,
+                    state.dedupe = pruned.dedupe,
+                    state.delivery = pruned.delivery,
+                    "expired state pruned"
+                );
+            }
+            Ok(_) => {}
+            Err(error) => warn!(%error, "cannot prune expired state; it is retried"),
+        }
+    }));
     tasks.spawn(leads::supervise(
         Arc::clone(&gateway),
         config.leads.clone(),
@@ -433,6 +454,9 @@ fn tmux_socket(value: &str) -> Socket {
         Socket::Name(value.to_owned())
     }
 }
+
+/// How often expired replay, dedupe and delivery records are pruned.
+const PRUNE_EVERY: Duration = Duration::from_secs(600);
 
 /// Runs `work` on a blocking thread every `period` (the next run waits for the last one to end)
 /// until `stop` turns true.

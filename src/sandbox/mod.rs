@@ -17,7 +17,7 @@
 //! started outside fleetd, launches them). Best effort by default, the level reached is logged
 //! and shown by `fleetd status`; `sandbox = "required"` refuses to start below full enforcement.
 //!
-//! Imports: `config`.
+//! Imports: `config` (the paths to allow), `secret` (the credentials directory).
 
 use std::fmt;
 use std::path::{Path, PathBuf};

@@ -6,7 +6,8 @@
 //!
 //! Registering the agent, announcing it and replying are the caller's (the daemon's) steps.
 //!
-//! Imports: `pane` (the multiplexer), `policy` (decision, spec), `secret` (the values).
+//! Imports: `pane` (the multiplexer), `policy` (decision, spec). Secret values arrive through a
+//! resolver the daemon passes in.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};

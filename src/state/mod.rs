@@ -215,6 +215,8 @@ impl StateStore {
     }
 
     /// Records message `id` as delivered at `now_ms`; `false` when it was already.
+    /// Only the store's own tests use it: the runtime goes through the batch operations.
+    #[cfg(test)]
     pub fn dedupe_insert_new(&self, id: Uuid, now_ms: i64) -> Result<bool, StateError> {
         self.write("dedupe insert", |txn| {
             let mut table = txn.open_table(DEDUPE)?;
@@ -454,6 +456,8 @@ impl StateStore {
     }
 
     /// Holds a message for the primary until acknowledged.
+    /// Only the store's own tests use it: the runtime goes through the batch operations.
+    #[cfg(test)]
     pub fn held_put(&self, id: Uuid, record: &[u8]) -> Result<(), StateError> {
         self.put(HELD, "held store", self.limits.max_held, id, record)
     }
@@ -469,6 +473,8 @@ impl StateStore {
     }
 
     /// Acknowledges a held message; `false` when there was none.
+    /// Only the store's own tests use it: the runtime goes through the batch operations.
+    #[cfg(test)]
     pub fn held_ack(&self, id: Uuid) -> Result<bool, StateError> {
         self.remove(HELD, "held ack", id)
     }
@@ -511,6 +517,8 @@ impl StateStore {
     }
 
     /// Removes a local agent; `false` when there was none.
+    /// Only the store's own tests use it: the runtime goes through the batch operations.
+    #[cfg(test)]
     pub fn agent_remove(&self, id: Uuid) -> Result<bool, StateError> {
         self.remove(AGENTS, "agent remove", id)
     }
@@ -542,6 +550,8 @@ impl StateStore {
     /// Advances a delivery record. Records begin with a rank byte; `record` replaces the stored
     /// one only when its rank is higher, so late or repeated reports never move a message back.
     /// `false` when it did not replace anything.
+    /// Only the store's own tests use it: the runtime goes through the batch operations.
+    #[cfg(test)]
     pub fn delivery_advance(&self, id: Uuid, record: &[u8]) -> Result<bool, StateError> {
         self.write_with("delivery advance", Durability::None, |txn| {
             advance(&mut txn.open_table(DELIVERY)?, id, record)
@@ -607,6 +617,7 @@ impl StateStore {
         Ok(value.map(|v| v.value().to_vec()))
     }
 
+    #[cfg(test)]
     fn remove(
         &self,
         table: TableDefinition<'_, &[u8], &[u8]>,

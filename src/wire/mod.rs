@@ -2,7 +2,8 @@
 //! parsing, and an Ed25519 signature by the origin host over a canonical encoding of the
 //! envelope's metadata and the SHA-256 of its body (DESIGN.md "Origin authenticity", check 3).
 //!
-//! Imports: `secret` (the host key is a secret). Never `broker` or `pane`: the broker maps
+//! Imports: nothing from the crate (a leaf; the host key is a `secrecy` value of its own). Never
+//! `broker` or `pane`: the broker maps
 //! [`Meta`] onto AMQP properties and headers.
 
 mod body;

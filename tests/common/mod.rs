@@ -14,6 +14,7 @@
 pub mod herdr;
 pub mod mcp;
 pub mod netns;
+pub mod publish;
 pub mod syscalls;
 
 use std::io::{BufRead, BufReader, Write};

@@ -3,8 +3,9 @@
 //! intake (a window of deliveries verified, then deduplicated, held and answered with receipts
 //! in **one** durable transaction — group commit — and only then acknowledged).
 //!
-//! Local agents here are mailboxes: their messages are held in the state store until pulled and
-//! acknowledged (the primary; panes take over injection with issue 5).
+//! A message for a local agent is held in the state store: a mailbox agent (the primary) pulls
+//! and acknowledges it; a pane agent's is typed by the daemon's injector, which records it
+//! delivered in the same step.
 
 mod admit;
 mod intake;

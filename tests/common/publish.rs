@@ -1,16 +1,17 @@
-//! Publishing: persistent, `mandatory`, with the validated `user_id` and the message id, on a
-//! confirm channel, through an outbox that keeps each envelope until the broker answers. A lost
-//! confirm leaves it in the outbox, to be republished with the **same** id (the receiver dedupes).
+//! A test publisher: one envelope at a time, persistent, `mandatory`, with the given `user_id`
+//! and the message id, on a confirm channel, kept in an outbox until the broker answers — what
+//! an attacker holding a fleet's credential can do by hand (the daemon publishes through
+//! `broker::deliver`'s pump). It lets the tests send crafted envelopes.
 
 use std::sync::Arc;
 
 use lapin::options::BasicPublishOptions;
 use lapin::{Channel, Confirmation, Connection};
 
-use super::confirm_channel;
-use super::envelope::{OutboxRecord, properties};
-use crate::state::{StateError, StateStore};
-use crate::wire::Sealed;
+use fleetd::broker::confirm_channel;
+use fleetd::broker::envelope::properties;
+use fleetd::state::{StateError, StateStore};
+use fleetd::wire::Sealed;
 
 /// The broker's answer to one publish.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,36 +67,12 @@ impl Publisher {
         key: &str,
         sealed: &Sealed,
     ) -> Result<SendOutcome, SendError> {
-        let record = OutboxRecord::new(&self.vhost, exchange, key, sealed);
-        let bytes =
-            serde_json::to_vec(&record).map_err(|e| SendError::Unconfirmed(e.to_string()))?;
+        // The outbox entry is the envelope's bytes: this publisher only needs to know what the
+        // broker has not answered yet.
         self.state
-            .outbox_put(sealed.meta.id, &bytes)
+            .outbox_put(sealed.meta.id, &sealed.body)
             .map_err(SendError::Outbox)?;
         self.publish(exchange, key, sealed).await
-    }
-
-    /// Republishes every outbox entry of this vhost with its original id; returns how many were
-    /// answered (they leave the outbox) — the rest stay for the next attempt.
-    pub async fn republish_pending(&self) -> Result<usize, SendError> {
-        let mut answered = 0;
-        for (_, bytes) in self.state.outbox_list().map_err(SendError::Outbox)? {
-            let Ok(record) = serde_json::from_slice::<OutboxRecord>(&bytes) else {
-                continue;
-            };
-            if record.vhost != self.vhost {
-                continue;
-            }
-            if let Some(sealed) = record.sealed()
-                && self
-                    .publish(&record.exchange, &record.key, &sealed)
-                    .await
-                    .is_ok()
-            {
-                answered += 1;
-            }
-        }
-        Ok(answered)
     }
 
     async fn publish(
