@@ -208,3 +208,47 @@ fn the_tmux_units_agree_on_the_socket() {
             .is_file()
     );
 }
+
+/// The agents' unit: hardened as far as coding agents can live with (target ≤ 5.0; it was 9.2
+/// "deliberately not sandboxed"), each directive left out explained in the unit.
+#[test]
+fn the_agents_tmux_unit_scores_at_most_five_and_explains_what_it_leaves_out() {
+    let shipped = score(TMUX_UNIT);
+    assert!(
+        shipped <= 5.0,
+        "deploy/fleetd-tmux@.service scores {shipped} (> 5.0)"
+    );
+    for directive in [
+        "NoNewPrivileges=yes",
+        "CapabilityBoundingSet=\n",
+        "ProtectKernelTunables=yes",
+        "ProtectKernelModules=yes",
+        "ProtectControlGroups=yes",
+        "ProtectClock=yes",
+        "ProtectHostname=yes",
+        "ProtectSystem=strict",
+        "ReadWritePaths=-%h",
+        "PrivateTmp=yes",
+    ] {
+        assert!(
+            TMUX_UNIT.contains(directive),
+            "the agents' unit lacks {directive}"
+        );
+    }
+    for left_out in [
+        "ProtectHome=",
+        "MemoryDenyWriteExecute=",
+        "RestrictNamespaces=",
+        "PrivateNetwork=",
+        "PrivateUsers=",
+    ] {
+        assert!(
+            TMUX_UNIT.contains(&format!("# - {left_out}")),
+            "the agents' unit does not say why it leaves out {left_out}"
+        );
+        assert!(
+            !TMUX_UNIT.lines().any(|l| l.starts_with(left_out)),
+            "{left_out} is said to be left out, but is set"
+        );
+    }
+}
