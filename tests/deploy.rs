@@ -227,7 +227,7 @@ fn the_agents_tmux_unit_scores_at_most_five_and_explains_what_it_leaves_out() {
         "ProtectClock=yes",
         "ProtectHostname=yes",
         "ProtectSystem=strict",
-        "ReadWritePaths=-%h",
+        "ReadWritePaths=-/home/%i",
         "PrivateTmp=yes",
     ] {
         assert!(
