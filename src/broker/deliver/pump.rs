@@ -232,7 +232,10 @@ impl Outlets {
     pub async fn close(&mut self) {
         for (_, foreign) in self.foreign.drain() {
             if let Foreign::Open(opened) = foreign {
-                let _ = opened.connection.close(200, "fleetd stopping".into()).await;
+                // Bounded: a connection to a node that just died would wait for its close-ok
+                // until the heartbeat gives up, and the link reconnects only after this.
+                let close = opened.connection.close(200, "fleetd stopping".into());
+                let _ = tokio::time::timeout(Duration::from_secs(1), close).await;
             }
         }
     }
