@@ -92,14 +92,19 @@ pub(super) fn run(
         Ok(runtime) => runtime,
         Err(code) => return code,
     };
-    match runtime.block_on(daemon::run(config, secrets, policy, scrubber, sandbox)) {
+    let code = match runtime.block_on(daemon::run(config, secrets, policy, scrubber, sandbox)) {
         Ok(()) => exit::code(exit::OK),
         Err(error) => {
             tracing::error!(%error, "fleetd failed");
             out.error(&error);
             exit::code(exit::FAILED)
         }
-    }
+    };
+    // Everything that matters is done (the audit drained, the state committed). Dropping the
+    // runtime would wait without end for any blocking call still running (a multiplexer client,
+    // a state sweep); a stop must end, so what is left gets a few seconds.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(5));
+    code
 }
 
 /// The broker nodes' TCP ports, from the resolved broker URI secret (the sandbox allows only
