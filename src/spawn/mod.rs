@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use secrecy::SecretString;
 
-use crate::pane::{Launch, Multiplexer, PaneId, PaneState};
+use crate::pane::{Launch, Multiplexer, PaneError, PaneId, PaneState};
 use crate::policy::{
     Effect, PaneSpec, PolicySet, Request, RuleId, SecretRef, Usage, evaluate, pane_spec,
 };
@@ -31,6 +31,28 @@ const DIALOGS: &[&str] = &[
     "(y/n)",
     "press enter to continue",
 ];
+
+/// Why a launched pane did not become ready.
+#[derive(Debug, thiserror::Error)]
+enum GateError {
+    /// Its process ended first.
+    #[error("exited with status {0} before it was ready")]
+    Exited(i32),
+    /// The multiplexer reports the agent blocked and the profile accepts no dialogs.
+    #[error(
+        "blocked by a startup dialog (the multiplexer reports it; not accepted by the profile)"
+    )]
+    Blocked,
+    /// A startup dialog on screen the profile does not accept (or a fourth one).
+    #[error("blocked by a startup dialog (not accepted by the profile): {0}")]
+    Dialog(String),
+    /// Nothing matched within the profile's timeout.
+    #[error("not ready within {0:?} (no line matched the ready pattern)")]
+    NotReady(Duration),
+    /// The multiplexer failed while the pane was still running.
+    #[error("readiness: {0}")]
+    Pane(#[from] PaneError),
+}
 
 /// How a spawn ended.
 #[derive(Debug, PartialEq, Eq)]
@@ -144,9 +166,11 @@ impl Spawner {
                 reason: format!("profile `{}` vanished", spec.profile),
             };
         };
-        if let Err(reason) = self.gate(&pane, profile) {
+        if let Err(error) = self.gate(&pane, profile) {
             let _ = self.mux.close(&pane);
-            return Outcome::Failed { reason };
+            return Outcome::Failed {
+                reason: error.to_string(),
+            };
         }
         if let Ok(mut running) = self.running.lock() {
             running.push(Instance {
@@ -165,51 +189,51 @@ impl Spawner {
 
     /// Waits until the pane shows the profile's ready pattern; fails on exit, on a startup
     /// dialog (unless the profile accepts them: Enter, once each) or at the timeout.
-    fn gate(&self, pane: &PaneId, profile: &crate::policy::Profile) -> Result<(), String> {
+    fn gate(&self, pane: &PaneId, profile: &crate::policy::Profile) -> Result<(), GateError> {
         let deadline = Instant::now() + profile.ready.timeout;
         let mut accepted = 0;
         loop {
-            if let PaneState::Exited(status) = self
-                .mux
-                .state(pane)
-                .map_err(|e| format!("readiness: {e}"))?
-            {
-                return Err(format!("exited with status {status} before it was ready"));
+            if let PaneState::Exited(status) = self.mux.state(pane)? {
+                return Err(GateError::Exited(status));
             }
             let shown = self
                 .mux
                 .read(pane, GATE_LINES)
-                .map_err(|e| format!("readiness: {e}"))?;
+                .map_err(|e| self.exited_or(pane, e))?;
             // herdr knows when its agent is interactive-ready; tmux needs the profile's pattern.
             let ready = match (self.mux.ready(pane), &profile.ready.pattern) {
-                (Some(known), _) => known.map_err(|e| format!("readiness: {e}"))?,
+                (Some(known), _) => known.map_err(|e| self.exited_or(pane, e))?,
                 (None, Some(pattern)) => shown.lines().any(|line| pattern.is_match(line)),
                 (None, None) => true,
             };
             if !ready && self.mux.blocked(pane) == Some(true) && !profile.ready.accept_dialogs {
-                return Err("blocked by a startup dialog (the multiplexer reports it; not accepted by the profile)".to_owned());
+                return Err(GateError::Blocked);
             }
             if ready {
                 return Ok(());
             }
             if let Some(dialog) = dialog_line(&shown) {
                 if !profile.ready.accept_dialogs || accepted >= 3 {
-                    return Err(format!(
-                        "blocked by a startup dialog (not accepted by the profile): {dialog}"
-                    ));
+                    return Err(GateError::Dialog(dialog));
                 }
                 accepted += 1;
                 self.mux
                     .send_text(pane, "")
-                    .map_err(|e| format!("readiness: {e}"))?;
+                    .map_err(|e| self.exited_or(pane, e))?;
             }
             if Instant::now() >= deadline {
-                return Err(format!(
-                    "not ready within {:?} (no line matched the ready pattern)",
-                    profile.ready.timeout
-                ));
+                return Err(GateError::NotReady(profile.ready.timeout));
             }
             std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// A pane call failed mid-gate. The pane may have exited since the last look (herdr drops
+    /// an exited pane within moments): then its exit is the reason, not the failed call.
+    fn exited_or(&self, pane: &PaneId, error: PaneError) -> GateError {
+        match self.mux.state(pane) {
+            Ok(PaneState::Exited(status)) => GateError::Exited(status),
+            _ => GateError::Pane(error),
         }
     }
 
