@@ -189,8 +189,8 @@ pub async fn supervise(
                         presence: &presence,
                         courier: &courier,
                     };
+                    // A stop closes the connection inside `serve`.
                     let Some(lost) = link.serve(&mut stop).await else {
-                        let _ = connection.close(200, "fleetd stopping".into()).await;
                         return;
                     };
                     // Only a link that held counts as a success: one the broker drops again at
@@ -532,6 +532,10 @@ impl Served<'_> {
                     // Give outstanding confirms a moment; what is left is republished next start.
                     let drain = async { while pump.settle_next(self.courier).await.is_some() {} };
                     let _ = tokio::time::timeout(Duration::from_secs(2), drain).await;
+                    // Closed here, while every channel handle lives: a handle dropped first queues
+                    // its own channel.close, which then meets the closing connection and lapin
+                    // logs a connection ERROR on an orderly stop.
+                    let _ = self.connection.close(200, "fleetd stopping".into()).await;
                     break None;
                 }
             }
