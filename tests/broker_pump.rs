@@ -40,6 +40,11 @@ impl Backlog {
     /// The backlog builds up while no pump runs (as during an outage); the sends' wake-ups
     /// collapse into one stored permit.
     async fn new(backlog: usize) -> Backlog {
+        Backlog::new_with_cap(backlog, Duration::from_secs(2)).await
+    }
+
+    /// [`Backlog::new`] whose foreign vhosts' backoff is capped at `cap`.
+    async fn new_with_cap(backlog: usize, cap: Duration) -> Backlog {
         let nonce = nonce();
         let fleet = format!("pump{nonce}");
         let cleanup = Fleets::new(&[&fleet]);
@@ -79,13 +84,7 @@ impl Backlog {
         }
         assert_eq!(courier.state().outbox_list().unwrap().len(), backlog);
         let channel = confirm_channel(&connection).await.unwrap();
-        let outlets = Outlets::new(
-            channel,
-            &vhost,
-            Arc::new(uri),
-            Arc::clone(&courier),
-            std::time::Duration::from_secs(2),
-        );
+        let outlets = Outlets::new(channel, &vhost, Arc::new(uri), Arc::clone(&courier), cap);
         Backlog {
             fleet,
             courier,
@@ -205,23 +204,7 @@ async fn a_backlog_larger_than_the_in_flight_bound_goes_out_as_a_bounded_stream(
 /// stays in the outbox (it expires there, logged once, rather than being retried for a day).
 #[tokio::test]
 async fn a_foreign_vhost_that_keeps_refusing_is_retried_with_growing_rests() {
-    let mut b = Backlog::new(0).await;
-    b.outlets = {
-        let channel = confirm_channel(&b._connection).await.unwrap();
-        let uri = BrokerUri::parse(&SecretString::from(format!(
-            "amqp://{f}:Pw{n}x@127.0.0.1:5672/%2F{f}",
-            f = b.fleet,
-            n = b.fleet.trim_start_matches("pump")
-        )))
-        .unwrap();
-        Outlets::new(
-            channel,
-            &format!("/{}", b.fleet),
-            Arc::new(uri),
-            Arc::clone(&b.courier),
-            Duration::from_secs(30),
-        )
-    };
+    let mut b = Backlog::new_with_cap(0, Duration::from_secs(30)).await;
     let missing = format!("nofleet{}", nonce());
     b.courier
         .send(

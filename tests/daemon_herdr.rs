@@ -16,13 +16,12 @@ mod common;
 /// The tests that need a real herdr (`scripts/test` skips `herdr::` where there is none, outside
 /// CI, and says so).
 mod herdr {
-    use std::os::unix::fs::PermissionsExt;
     use std::process::Command;
     use std::time::{Duration, Instant};
 
     use serde_json::json;
 
-    use super::common::herdr::HerdrServer;
+    use super::common::herdr::{HerdrServer, fake_claude};
     use super::common::{Host, eventually, one_fleet, wait_for};
 
     /// The ids of the panes in fleetd's workspace.
@@ -44,31 +43,6 @@ mod herdr {
             .collect()
     }
 
-    /// The pid of the process in `pane`'s foreground that is not its shell.
-    fn foreground_pid(server: &HerdrServer, pane: &str) -> Option<u64> {
-        let info = server.call("pane.process_info", json!({"pane_id": pane}));
-        let shell = info["process_info"]["shell_pid"].as_u64();
-        info["process_info"]["foreground_processes"]
-            .as_array()?
-            .iter()
-            .filter_map(|p| p["pid"].as_u64())
-            .find(|pid| Some(*pid) != shell)
-    }
-
-    fn lead_entry(host: &Host) -> Option<(String, String)> {
-        let roster = host.api(&json!({"op": "roster"}));
-        roster["hosts"][0]["agents"]
-            .as_array()?
-            .iter()
-            .find(|a| a["name"] == "reviewer")
-            .map(|a| {
-                (
-                    a["id"].as_str().unwrap().to_owned(),
-                    a["status"].as_str().unwrap().to_owned(),
-                )
-            })
-    }
-
     #[test]
     fn a_lead_herdr_starts_is_killed_from_outside_noticed_reported_and_restored() {
         let (nonce, fleet, password, mut cleanup) = one_fleet("hd");
@@ -78,17 +52,10 @@ mod herdr {
         let canary = format!("canary-herdr-{nonce:x}-zq");
         std::fs::write(host.dir.join("credentials/reviewer-token"), &canary).unwrap();
         // A fake `claude` outside every PATH: herdr starts it as its agent from this path.
-        let bin = root.path().join("agents");
-        std::fs::create_dir_all(&bin).unwrap();
-        let claude = bin.join("claude");
-        std::fs::write(
-            &claude,
-            "#!/bin/sh\necho \"token-length:${#API_TOKEN}\"\n\
-             while :; do printf '\\342\\235\\257 '; IFS= read -r line || exit 0; \
-             printf 'got: %s\\n' \"$line\"; done\n",
-        )
-        .unwrap();
-        std::fs::set_permissions(&claude, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let claude = fake_claude(
+            &root.path().join("agents"),
+            "echo \"token-length:${#API_TOKEN}\"",
+        );
         host.policy(&[(
             "00-policy.toml",
             format!(
@@ -117,7 +84,6 @@ fleets = ["{fleet}"]
 hosts = ["h1"]
 profiles = ["reviewer", "crashing"]
 "#,
-                claude = claude.display(),
                 work = work.display()
             ),
         )]);
@@ -143,7 +109,7 @@ profiles = ["reviewer", "crashing"]
             Duration::from_secs(40),
         );
         let (id, status) = eventually("the lead in the roster", Duration::from_secs(10), || {
-            lead_entry(&host)
+            host.agent_entry("reviewer")
         });
         assert_eq!(status, "ready");
         let panes = fleetd_panes(&server);
@@ -156,7 +122,7 @@ profiles = ["reviewer", "crashing"]
         );
 
         let pid = eventually("the agent's process", Duration::from_secs(10), || {
-            foreground_pid(&server, &pane)
+            server.foreground_pid(&pane)
         });
         let killed = Instant::now();
         assert!(
@@ -183,7 +149,7 @@ profiles = ["reviewer", "crashing"]
             &["lead running and ready", "\"restored\":true"],
             Duration::from_secs(40),
         );
-        let (again, status) = lead_entry(&host).unwrap();
+        let (again, status) = host.agent_entry("reviewer").unwrap();
         assert_eq!(again, id, "the lead keeps its global id");
         assert_eq!(status, "ready");
         let now = fleetd_panes(&server);

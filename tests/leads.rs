@@ -19,20 +19,6 @@ use std::time::{Duration, Instant};
 use common::{Host, TmuxServer, eventually, one_fleet, wait_for};
 
 /// The lead's roster entry on `host`: (global id, status).
-fn lead_entry(host: &Host) -> Option<(String, String)> {
-    let roster = host.api(&serde_json::json!({"op": "roster"}));
-    roster["hosts"][0]["agents"]
-        .as_array()?
-        .iter()
-        .find(|a| a["name"] == "reviewer")
-        .map(|a| {
-            (
-                a["id"].as_str().unwrap().to_owned(),
-                a["status"].as_str().unwrap().to_owned(),
-            )
-        })
-}
-
 #[test]
 fn a_killed_lead_is_noticed_logged_and_restored_with_its_global_id() {
     let (nonce, fleet, password, mut cleanup) = one_fleet("ld");
@@ -82,7 +68,7 @@ timeout_secs = 15
         Duration::from_secs(30),
     );
     let (id, status) = eventually("the lead in the roster", Duration::from_secs(10), || {
-        lead_entry(&host)
+        host.agent_entry("reviewer")
     });
     assert_eq!(status, "ready");
     let first_pane = tmux.run(&["list-panes", "-a", "-F", "#{pane_id} #{pane_pid}"]);
@@ -119,7 +105,7 @@ timeout_secs = 15
         &["lead running and ready", "\"restored\":true"],
         Duration::from_secs(30),
     );
-    let (again, status) = lead_entry(&host).unwrap();
+    let (again, status) = host.agent_entry("reviewer").unwrap();
     assert_eq!(again, id, "the lead keeps its global id");
     assert_eq!(status, "ready");
     let panes = tmux.run(&["list-panes", "-a", "-F", "#{pane_id}"]);

@@ -20,7 +20,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::herdr::HerdrServer;
+use common::herdr::{HerdrServer, fake_claude};
 use fleetd::pane::herdr::Herdr;
 use fleetd::pane::{Launch, Multiplexer, PaneId, PaneState};
 use serde_json::json;
@@ -47,22 +47,9 @@ fn eventually<T>(what: &str, within: Duration, mut check: impl FnMut() -> Option
     }
 }
 
-/// A fake coding agent named `claude` in `dir/bin` (not on any PATH): it prints where it runs
-/// from, shows Claude Code's prompt glyph (herdr's claude manifest takes `❯` for idle) and
-/// answers each line with `got: LINE`.
-fn fake_claude(dir: &Path) -> String {
-    let bin = dir.join("bin");
-    std::fs::create_dir_all(&bin).unwrap();
-    let path = bin.join("claude");
-    std::fs::write(
-        &path,
-        "#!/bin/sh\nprintf 'fake claude at %s\\n' \"$0\"\n\
-         while :; do printf '\\342\\235\\257 '; IFS= read -r line || exit 0; \
-         printf 'got: %s\\n' \"$line\"; done\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    path.to_str().unwrap().to_owned()
+/// The fake `claude` of [`fake_claude`] in `dir/bin`, saying where it runs from.
+fn claude_in(dir: &Path) -> String {
+    fake_claude(&dir.join("bin"), "printf 'fake claude at %s\\n' \"$0\"")
 }
 
 /// The pid of the process in `pane`'s foreground that is not its shell.
@@ -70,15 +57,7 @@ fn foreground_pid(server: &HerdrServer, pane: &PaneId) -> u64 {
     eventually(
         "a foreground process in the pane",
         Duration::from_secs(10),
-        || {
-            let info = server.call("pane.process_info", json!({"pane_id": pane.0}));
-            let shell = info["process_info"]["shell_pid"].as_u64();
-            info["process_info"]["foreground_processes"]
-                .as_array()?
-                .iter()
-                .filter_map(|p| p["pid"].as_u64())
-                .find(|pid| Some(*pid) != shell)
-        },
+        || server.foreground_pid(&pane.0),
     )
 }
 
@@ -209,7 +188,7 @@ mod herdr {
     fn an_agent_starts_from_the_profiles_absolute_path_not_from_path() {
         let server = HerdrServer::start();
         let dir = tempfile::tempdir().unwrap();
-        let ours = fake_claude(dir.path());
+        let ours = claude_in(dir.path());
         // A decoy `claude` first on the pane's PATH: herdr would run it by name.
         let decoy = dir.path().join("decoy");
         std::fs::create_dir_all(&decoy).unwrap();
@@ -313,7 +292,7 @@ mod herdr {
     fn a_scripted_agent_and_an_agent_herdr_starts_become_ready_and_each_message_is_typed_once() {
         let server = HerdrServer::start();
         let dir = tempfile::tempdir().unwrap();
-        let policy = policy(dir.path(), &fake_claude(dir.path()));
+        let policy = policy(dir.path(), &claude_in(dir.path()));
         let herdr = Arc::new(Herdr::open(&server.socket()).unwrap());
         let spawner = fleetd::spawn::Spawner::new(Arc::clone(&herdr) as Arc<dyn Multiplexer>);
 
@@ -356,7 +335,7 @@ mod herdr {
     fn deaths_are_noticed_with_their_status_and_later_panes_still_report_theirs() {
         let server = HerdrServer::start();
         let dir = tempfile::tempdir().unwrap();
-        let claude = fake_claude(dir.path());
+        let claude = claude_in(dir.path());
         let herdr = Herdr::open(&server.socket()).unwrap();
 
         let agent = herdr.launch(&launch(&[&claude], &[], dir.path())).unwrap();
@@ -398,7 +377,7 @@ mod herdr {
     fn a_restarted_herdr_is_resubscribed_and_fleetd_finds_its_agent_again() {
         let server = HerdrServer::start();
         let dir = tempfile::tempdir().unwrap();
-        let claude = fake_claude(dir.path());
+        let claude = claude_in(dir.path());
         let herdr = Herdr::open(&server.socket()).unwrap();
         let agent = herdr.launch(&launch(&[&claude], &[], dir.path())).unwrap();
         eventually("ready", Duration::from_secs(20), || {
@@ -440,7 +419,7 @@ mod herdr {
     fn no_secret_reaches_herdrs_log_or_a_panes_screen() {
         let server = HerdrServer::start();
         let dir = tempfile::tempdir().unwrap();
-        let claude = fake_claude(dir.path());
+        let claude = claude_in(dir.path());
         let canary = format!("canary-herdr-{}", std::process::id());
         let herdr = Herdr::open(&server.socket()).unwrap();
         let command = herdr

@@ -6,6 +6,7 @@
 //! herdr it fails in CI and, elsewhere, skips these tests and says so in its summary.
 
 use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -36,6 +37,25 @@ pub fn binary() -> Result<PathBuf, String> {
              ../shared/vendor/herdr/herdr"
                 .to_owned()
         })
+}
+
+/// A fake coding agent named `claude` in `dir` (outside every PATH): it runs the shell line
+/// `greeting`, then shows Claude Code's prompt glyph (herdr's claude manifest takes `❯` for
+/// idle) and answers each line with `got: LINE`. Its path.
+pub fn fake_claude(dir: &Path, greeting: &str) -> String {
+    std::fs::create_dir_all(dir).unwrap();
+    let path = dir.join("claude");
+    std::fs::write(
+        &path,
+        format!(
+            "#!/bin/sh\n{greeting}\n\
+             while :; do printf '\\342\\235\\257 '; IFS= read -r line || exit 0; \
+             printf 'got: %s\\n' \"$line\"; done\n"
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path.to_str().unwrap().to_owned()
 }
 
 /// A running `herdr server` in a directory of its own; stopped (with its panes) on drop.
@@ -161,6 +181,17 @@ impl HerdrServer {
             .as_str()
             .unwrap_or_default()
             .to_owned()
+    }
+
+    /// The pid of the process in `pane`'s foreground that is not its shell, if there is one.
+    pub fn foreground_pid(&self, pane: &str) -> Option<u64> {
+        let info = self.call("pane.process_info", json!({"pane_id": pane}));
+        let shell = info["process_info"]["shell_pid"].as_u64();
+        info["process_info"]["foreground_processes"]
+            .as_array()?
+            .iter()
+            .filter_map(|p| p["pid"].as_u64())
+            .find(|pid| Some(*pid) != shell)
     }
 
     /// The config line and environment that point a daemon at this server.

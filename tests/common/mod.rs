@@ -423,6 +423,21 @@ impl Host {
     pub fn state_dir(&self) -> std::path::PathBuf {
         self.dir.join("state/fleetd")
     }
+
+    /// The (id, status) of this host's agent named `name` in the roster, if it is there.
+    pub fn agent_entry(&self, name: &str) -> Option<(String, String)> {
+        let roster = self.api(&serde_json::json!({"op": "roster"}));
+        roster["hosts"][0]["agents"]
+            .as_array()?
+            .iter()
+            .find(|a| a["name"] == name)
+            .map(|a| {
+                (
+                    a["id"].as_str().unwrap().to_owned(),
+                    a["status"].as_str().unwrap().to_owned(),
+                )
+            })
+    }
 }
 
 /// Polls `check` every 100 ms until it returns `Some`, or panics with `what` after `within`.
