@@ -299,3 +299,153 @@ fn markers_never_carry_length_prefix_or_suffix() {
     let out = scrubbed(&format!("a {github} b"));
     assert_eq!(out, "a [redacted:github-token] b");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Real-world shapes (one test per family, named after it), each with its harmless look-alikes.
+
+#[track_caller]
+fn assert_table(cases: &[(&str, &str)]) {
+    for (input, expected) in cases {
+        assert_eq!(&scrubbed(input), expected, "input {input:?}");
+    }
+}
+
+#[test]
+fn pem_keys_indented_lowercase_four_dash_and_putty() {
+    let body = "MIIEowIBAAKCAQEAzQ8Hh3kZ1x0bRkF9PzYx2Lr7m9WqVn3cJ5d";
+    assert_table(&[
+        (
+            &format!(
+                "key: |\n  -----BEGIN RSA PRIVATE KEY-----\n  {body}\n  {body}\n  -----END RSA PRIVATE KEY-----\nnext: 1\n"
+            ),
+            "key: |\n  -----BEGIN RSA PRIVATE KEY-----\n  [redacted:private-key]\n  -----END RSA PRIVATE KEY-----\nnext: 1\n",
+        ),
+        (
+            &format!("-----begin rsa private key-----\n{body}\n-----end rsa private key-----\n"),
+            "-----begin rsa private key-----\n[redacted:private-key]\n-----end rsa private key-----\n",
+        ),
+        (
+            &format!("----BEGIN RSA PRIVATE KEY----\n{body}\n----END RSA PRIVATE KEY----\n"),
+            "----BEGIN RSA PRIVATE KEY----\n[redacted:private-key]\n----END RSA PRIVATE KEY----\n",
+        ),
+        (
+            &format!(
+                "{{\"k\":\"-----BEGIN OPENSSH PRIVATE KEY-----\\n{body}\\n-----END OPENSSH PRIVATE KEY-----\\n\"}}"
+            ),
+            "{\"k\":\"-----BEGIN OPENSSH PRIVATE KEY-----[redacted:private-key]-----END OPENSSH PRIVATE KEY-----\\n\"}",
+        ),
+        (
+            &format!(
+                "PuTTY-User-Key-File-3: ssh-rsa\nPublic-Lines: 1\nAAAAB3NzaC1yc2E\nPrivate-Lines: 2\n{body}\n{body}\nPrivate-MAC: 8f3b2a1c\n"
+            ),
+            "PuTTY-User-Key-File-3: ssh-rsa\nPublic-Lines: 1\nAAAAB3NzaC1yc2E\nPrivate-Lines: 2\n[redacted:private-key]\nPrivate-MAC: 8f3b2a1c\n",
+        ),
+        // Certificates and public keys are not secrets, indented or not.
+        (
+            "  -----BEGIN CERTIFICATE-----\n  MIIBszCCAVmgAwIBAgIU\n  -----END CERTIFICATE-----\n",
+            "  -----BEGIN CERTIFICATE-----\n  MIIBszCCAVmgAwIBAgIU\n  -----END CERTIFICATE-----\n",
+        ),
+    ]);
+}
+
+#[test]
+fn docker_auths_and_auth_values() {
+    let basic = "Ym90OmRja3JfcGF0X2FiY2RlZmdoaWprbG1ub3BxcnN0dXY=";
+    assert_table(&[
+        (
+            &format!("{{\"auths\":{{\"r.example\":{{\"auth\":\"{basic}\"}}}}}}"),
+            "{\"auths\":{\"r.example\":{\"auth\":\"[redacted:credential]\"}}}",
+        ),
+        (&format!("_auth = {basic}"), "_auth = [redacted:credential]"),
+        (
+            "REDISCLI_AUTH=Zq8xVm3nKp2Lr7Ts",
+            "REDISCLI_AUTH=[redacted:credential]",
+        ),
+        ("auth: enabled", "auth: enabled"),
+        ("the author wrote auth code", "the author wrote auth code"),
+        (
+            "Proxy-Authorization: Basic dXNlcjpwYXNzd29yZDEyMw==",
+            "Proxy-Authorization: Basic [redacted:basic-auth]",
+        ),
+    ]);
+}
+
+#[test]
+fn gitlab_routable_tokens_lose_their_suffix_too() {
+    let token = tok("glpat-", 27);
+    assert_table(&[
+        (&format!("{token}.01.0r03k8m2x"), "[redacted:gitlab-token]"),
+        (&format!("use {token}."), "use [redacted:gitlab-token]."),
+    ]);
+}
+
+#[test]
+fn secret_named_variables_in_env_dumps() {
+    assert_table(&[
+        (
+            "SECRET_KEY_BASE=9f8e7d6c5b4a39281706f5e4d3c2b1a09f8e7d6c5b4a3928",
+            "SECRET_KEY_BASE=[redacted:secret]",
+        ),
+        (
+            "DB_PASSWORD_PROD=Xk9mPq2RtV7wYz",
+            "DB_PASSWORD_PROD=[redacted:password]",
+        ),
+        (
+            "API_KEY_V2=abcDEF123ghiJKL456mnoPQR",
+            "API_KEY_V2=[redacted:key]",
+        ),
+        ("PGPASSWORD=Tr0ub4dor3xyz", "PGPASSWORD=[redacted:password]"),
+        (
+            "export MYSQL_PWD=Tr0ub4dor3xyz",
+            "export MYSQL_PWD=[redacted:password]",
+        ),
+        // Values the placeholder rule used to spare.
+        ("PASSWORD=$ecretP4ss", "PASSWORD=[redacted:password]"),
+        (
+            "PASSWORD=~/weird-but-secret9",
+            "PASSWORD=[redacted:password]",
+        ),
+        ("PASSWORD=aaaaaaB9x!", "PASSWORD=[redacted:password]"),
+        // Names about a secret, not holding one.
+        (
+            "PASSWORD_FILE=/run/secrets/x",
+            "PASSWORD_FILE=/run/secrets/x",
+        ),
+        (
+            "TOKEN_URL=https://auth.example/token",
+            "TOKEN_URL=https://auth.example/token",
+        ),
+        ("SECRET_NAME=broker-uri", "SECRET_NAME=broker-uri"),
+        ("PASSWORD_MIN_LENGTH=12", "PASSWORD_MIN_LENGTH=12"),
+        ("TOKEN_LIMIT=100000000", "TOKEN_LIMIT=100000000"),
+        ("\"token_type\": \"bearer\"", "\"token_type\": \"bearer\""),
+        ("PASSWORD=$DB_PASSWORD", "PASSWORD=$DB_PASSWORD"),
+    ]);
+}
+
+#[test]
+fn placeholders_documentation_paths_and_code_stay() {
+    for line in [
+        "export GITHUB_TOKEN=ghp_...",
+        "OPENAI_API_KEY=sk-proj-...",
+        "SLACK_BOT_TOKEN=xoxb-your-bot-token",
+        "API_KEY=your-api-key-here",
+        "API_KEY=YOUR_API_KEY",
+        "password: [REDACTED]",
+        "token=[redacted:token]",
+        "broker = amqp://USER:PASSWORD@HOST:PORT/VHOST",
+        "psql postgres://user:password@localhost/db",
+        "Password: must be at least 12 characters",
+        "PASSWORD_FILE=/run/secrets/x",
+        "    pub token: SecretString,",
+        "    let password: &str = \"\";",
+        "    token: Option<String>,",
+        "    secret_key: String,",
+        "password = getpass()",
+        "api_key = os.environ[\"API_KEY\"]",
+        "token = self.token",
+        "password: ********",
+    ] {
+        assert_intact(line);
+    }
+}

@@ -43,6 +43,9 @@ pub(super) enum PemState {
     Armored { marked: bool },
     /// Inside base64-wrapped armour (`LS0tLS1CRUdJTi…` split over lines).
     Base64,
+    /// A counted run of key lines (PuTTY's `Private-Lines: N`); `marked` once the marker was
+    /// written.
+    Counted { left: u16, marked: bool },
 }
 
 /// The text being scanned and where the scan collects its decisions.
@@ -65,6 +68,7 @@ pub(super) enum Rule {
     CurlUser,
     PemBegin,
     PemBase64,
+    PuttyPrivate,
     Assignment,
     QuerySignature,
     WebhookPath,
@@ -144,15 +148,16 @@ pub(super) static PREFIXES: &[Prefix] = &[
     p("ghs_", "github-token", Alnum, 30),
     p("ghr_", "github-token", Alnum, 30),
     p("github_pat_", "github-token", Token, 40),
-    p("glpat-", "gitlab-token", Token, 20),
-    p("glptt-", "gitlab-token", Token, 20),
-    p("gldt-", "gitlab-token", Token, 20),
-    p("glrt-", "gitlab-token", Token, 20),
-    p("glcbt-", "gitlab-token", Token, 20),
-    p("glft-", "gitlab-token", Token, 20),
-    p("glsoat-", "gitlab-token", Token, 20),
-    p("glagent-", "gitlab-token", Token, 20),
-    p("gloas-", "gitlab-token", Token, 20),
+    // GitLab's routable tokens carry a `.`-separated suffix (`glpat-….01.…`).
+    p("glpat-", "gitlab-token", TokenDot, 20),
+    p("glptt-", "gitlab-token", TokenDot, 20),
+    p("gldt-", "gitlab-token", TokenDot, 20),
+    p("glrt-", "gitlab-token", TokenDot, 20),
+    p("glcbt-", "gitlab-token", TokenDot, 20),
+    p("glft-", "gitlab-token", TokenDot, 20),
+    p("glsoat-", "gitlab-token", TokenDot, 20),
+    p("glagent-", "gitlab-token", TokenDot, 20),
+    p("gloas-", "gitlab-token", TokenDot, 20),
     p("sk-", "openai-key", Token, 20),
     fixed("AKIA", "aws-access-key-id", UpperDigit, 16),
     fixed("ASIA", "aws-access-key-id", UpperDigit, 16),
@@ -215,7 +220,10 @@ pub(super) static OTHER_TRIGGERS: &[(&str, Rule)] = &[
     ("bearer ", Rule::Bearer),
     ("-u ", Rule::CurlUser),
     ("--user", Rule::CurlUser),
-    ("-----BEGIN ", Rule::PemBegin),
+    // Four dashes or five, any case: `-----BEGIN `, `----BEGIN `, `-----begin `.
+    ("----BEGIN ", Rule::PemBegin),
+    ("----begin ", Rule::PemBegin),
+    ("Private-Lines:", Rule::PuttyPrivate),
     // `-----BEGIN ` in base64 at its three alignments (k8s secrets, `base64 key.pem`).
     ("LS0tLS1CRUdJ", Rule::PemBase64),
     ("0tLS0tQkVHSU4g", Rule::PemBase64),
@@ -242,6 +250,11 @@ pub(super) static OTHER_TRIGGERS: &[(&str, Rule)] = &[
     ("KEY", Rule::Assignment),
     ("Key", Rule::Assignment),
     ("credential", Rule::Assignment),
+    // `auth` (docker's `"auth":`, `.npmrc`'s `_auth=`, `REDISCLI_AUTH=`); `Authorization`
+    // starts with it, and the assignment rule hands that header to its own rule.
+    ("auth", Rule::Assignment),
+    ("AUTH", Rule::Assignment),
+    ("Auth", Rule::Assignment),
     ("CREDENTIAL", Rule::Assignment),
     ("Credential", Rule::Assignment),
 ];
@@ -257,6 +270,7 @@ pub(super) fn validate(rule: Rule, scan: &mut Scan<'_>, start: usize, end: usize
         Rule::CurlUser => header::curl_user(scan, start, end),
         Rule::PemBegin => pem::pem_begin(scan, start, end),
         Rule::PemBase64 => pem::pem_base64(scan, start),
+        Rule::PuttyPrivate => pem::putty_private(scan, start, end),
         Rule::Assignment => assign::assignment(scan, start, end),
         Rule::QuerySignature => assign::query_signature(scan, start, end),
         Rule::WebhookPath => assign::webhook_path(scan, end),
@@ -369,6 +383,7 @@ pub(super) fn naive_regexes() -> Vec<String> {
                 "{literal}[A-Z ]*PRIVATE KEY-----[\\s\\S]*?-----END [A-Z ]*PRIVATE KEY-----"
             ),
             Rule::PemBase64 | Rule::Prefix(_) => format!("[A-Za-z0-9+/]*{literal}[A-Za-z0-9+/=]*"),
+            Rule::PuttyPrivate => format!("{literal} *[0-9]+\\n([A-Za-z0-9+/=]+\\n)+"),
             Rule::QuerySignature => format!("[?&]{literal}[^&\\s\"'#]+"),
             Rule::WebhookPath => format!("{literal}[A-Za-z0-9_/-]+"),
         });

@@ -1,11 +1,12 @@
-//! PEM private-key blocks: multi-line, flattened or escaped on one line, and base64-wrapped.
+//! PEM private-key blocks: multi-line (indented too, four or five dashes, any case), flattened or
+//! escaped on one line, base64-wrapped; and PuTTY's private-key lines.
 
 use super::value::*;
 use super::*;
 
 pub(super) fn pem_begin(scan: &mut Scan<'_>, start: usize, end: usize) -> Outcome {
     let line_end = scan.line_end(start);
-    let Some(close) = find(scan.bytes(end, line_end.min(end + 64)), b"-----").map(|n| end + n)
+    let Some(close) = find(scan.bytes(end, line_end.min(end + 64)), b"----").map(|n| end + n)
     else {
         return if scan.cut(line_end) {
             Outcome::NeedMore(start)
@@ -13,11 +14,11 @@ pub(super) fn pem_begin(scan: &mut Scan<'_>, start: usize, end: usize) -> Outcom
             Outcome::Skip
         };
     };
-    let label = scan.bytes(end, close);
+    let label = scan.bytes(end, close).to_ascii_uppercase();
     if !(label.ends_with(b"PRIVATE KEY") || label == b"PGP PRIVATE KEY BLOCK") {
         return Outcome::Skip;
     }
-    let body = close + 5;
+    let body = scan.run(close, |b| b == b'-');
     let rest = scan.bytes(body, line_end);
     if rest.iter().all(|&b| is_space(b)) {
         if scan.cut(line_end) {
@@ -27,7 +28,7 @@ pub(super) fn pem_begin(scan: &mut Scan<'_>, start: usize, end: usize) -> Outcom
         return Outcome::Consumed(pem_lines(scan, line_end + 1));
     }
     // Armour on one line: JSON-escaped (`\n`) or otherwise flattened.
-    if let Some(end_marker) = find(rest, b"-----END ").map(|n| body + n) {
+    if let Some(end_marker) = end_line(rest).map(|n| body + n) {
         scan.push(body, end_marker, "private-key");
         return Outcome::Consumed(end_marker);
     }
@@ -41,6 +42,37 @@ pub(super) fn pem_begin(scan: &mut Scan<'_>, start: usize, end: usize) -> Outcom
     Outcome::Consumed(stop)
 }
 
+/// Where the `----END` armour line starts in `text` (four or five dashes, any case).
+fn end_line(text: &[u8]) -> Option<usize> {
+    let at = find(text, b"----END ").or_else(|| find(text, b"----end "))?;
+    Some(if at > 0 && text.get(at - 1) == Some(&b'-') {
+        at - 1
+    } else {
+        at
+    })
+}
+
+/// PuTTY's key files (`.ppk`): `Private-Lines: N` and then N lines of the private key.
+pub(super) fn putty_private(scan: &mut Scan<'_>, start: usize, end: usize) -> Outcome {
+    let line_end = scan.line_end(start);
+    if scan.cut(line_end) {
+        return Outcome::NeedMore(start);
+    }
+    let count = scan.bytes(end, line_end).trim_ascii();
+    let Some(left) = std::str::from_utf8(count)
+        .ok()
+        .and_then(|c| c.parse::<u16>().ok())
+        .filter(|&n| n > 0)
+    else {
+        return Outcome::Skip;
+    };
+    scan.pem = PemState::Counted {
+        left,
+        marked: false,
+    };
+    Outcome::Consumed(pem_lines(scan, line_end + 1))
+}
+
 /// Redacts key-block lines from `from` while [`PemState`] is on; returns where scanning resumes.
 ///
 /// The first body line becomes the marker and later body lines are deleted, so the output is the
@@ -50,12 +82,21 @@ pub(in super::super) fn pem_lines(scan: &mut Scan<'_>, mut from: usize) -> usize
     while from < scan.text.len() && scan.pem != PemState::Off {
         let line_end = scan.line_end(from);
         let line = scan.bytes(from, line_end);
+        // Indented armour (YAML block scalars, Helm values) keeps its indentation.
+        let indent = line
+            .iter()
+            .take_while(|&&b| b == b' ' || b == b'\t')
+            .count();
+        let body = line.get(indent..).unwrap_or_default();
         let ends_block = match scan.pem {
             PemState::Armored { .. } => {
-                find(line, b"-----END ").is_some() || !armour_body(line) || line.len() > MAX_LINE
+                end_line(body).is_some() || !armour_body(body) || line.len() > MAX_LINE
             }
             PemState::Base64 => {
                 line.is_empty() || !line.iter().all(|&b| is_base64(b) || b == b'\r')
+            }
+            PemState::Counted { .. } => {
+                body.is_empty() || !body.iter().all(|&b| is_base64(b) || b == b'\r')
             }
             PemState::Off => true,
         };
@@ -65,9 +106,8 @@ pub(in super::super) fn pem_lines(scan: &mut Scan<'_>, mut from: usize) -> usize
         }
         let last_base64 = scan.pem == PemState::Base64 && line.contains(&b'=');
         match scan.pem {
-            PemState::Armored { marked: false } => {
-                scan.push(from, line_end, "private-key");
-                scan.pem = PemState::Armored { marked: true };
+            PemState::Armored { marked: false } | PemState::Counted { marked: false, .. } => {
+                scan.push(from + indent, line_end, "private-key");
             }
             _ => {
                 let with_newline = (line_end + 1).min(scan.text.len());
@@ -78,9 +118,16 @@ pub(in super::super) fn pem_lines(scan: &mut Scan<'_>, mut from: usize) -> usize
                 });
             }
         }
-        if last_base64 {
-            scan.pem = PemState::Off;
-        }
+        scan.pem = match scan.pem {
+            PemState::Armored { .. } => PemState::Armored { marked: true },
+            PemState::Counted { left, .. } if left > 1 => PemState::Counted {
+                left: left - 1,
+                marked: true,
+            },
+            PemState::Counted { .. } => PemState::Off,
+            PemState::Base64 if last_base64 => PemState::Off,
+            other => other,
+        };
         from = line_end + 1;
     }
     from.min(scan.text.len())

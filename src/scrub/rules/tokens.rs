@@ -11,9 +11,13 @@ pub(super) fn prefix_token(scan: &mut Scan<'_>, start: usize, spec: &Prefix) -> 
         return Outcome::Skip;
     }
     let body = start + spec.prefix.len();
-    let end = scan.run(body, |b| spec.charset.contains(b));
+    let mut end = scan.run(body, |b| spec.charset.contains(b));
     if scan.cut(end) {
         return Outcome::NeedMore(start);
+    }
+    // A dot ends a sentence, not a token.
+    while end > body && scan.before(end) == Some(b'.') {
+        end -= 1;
     }
     let len = end - body;
     if len < spec.min || (spec.exact && len != spec.min) {

@@ -58,7 +58,7 @@ pub(super) fn url_userinfo(scan: &mut Scan<'_>, start: usize) -> Outcome {
             return Outcome::Skip;
         }
     }
-    if placeholder(password) {
+    if placeholder(password) || documented(password) {
         return Outcome::Consumed(at);
     }
     scan.push(colon + 1, at, "password");
@@ -71,4 +71,23 @@ pub(super) fn token_like(value: &[u8]) -> bool {
         && value.iter().all(|&b| is_token(b) || b == b'.')
         && value.iter().any(u8::is_ascii_digit)
         && value.iter().any(u8::is_ascii_alphabetic)
+}
+
+/// A password slot in documentation: `USER:PASSWORD@HOST`, `user:password@host`, `:pass@`.
+fn documented(password: &[u8]) -> bool {
+    const WORDS: &[&[u8]] = &[
+        b"password",
+        b"passwd",
+        b"pass",
+        b"pw",
+        b"pwd",
+        b"secret",
+        b"token",
+        b"changeme",
+    ];
+    WORDS.iter().any(|w| password.eq_ignore_ascii_case(w))
+        || (password.len() >= 2
+            && password
+                .iter()
+                .all(|&b| b.is_ascii_uppercase() || b == b'_'))
 }

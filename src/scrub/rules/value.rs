@@ -5,7 +5,18 @@ use super::*;
 /// Text an example or template puts where a secret would go.
 pub(super) fn placeholder(value: &[u8]) -> bool {
     let trimmed: &[u8] = value;
-    if trimmed.is_empty() || trimmed.starts_with(b"[redacted") {
+    if trimmed.is_empty() {
+        return true;
+    }
+    // Already redacted or masked: `[redacted:…]`, `[REDACTED]`, `[hidden]`.
+    if trimmed.starts_with(b"[")
+        && trimmed.len() <= 40
+        && trimmed
+            .iter()
+            .skip(1)
+            .take_while(|&&b| b != b']')
+            .all(|&b| b.is_ascii_alphabetic() || matches!(b, b'-' | b'_' | b':' | b' '))
+    {
         return true;
     }
     if trimmed.starts_with(b"${")
@@ -15,8 +26,25 @@ pub(super) fn placeholder(value: &[u8]) -> bool {
     {
         return true;
     }
+    // A shell variable: `$GITHUB_TOKEN`, `$token` — one case, as names are written. A mixed-case
+    // value after `$` (`$ecretP4ss`) is a password that starts with a dollar sign.
     if let Some(name) = trimmed.strip_prefix(b"$")
-        && name.iter().all(|&b| b.is_ascii_alphanumeric() || b == b'_')
+        && name
+            .first()
+            .is_some_and(|b| b.is_ascii_alphabetic() || *b == b'_')
+        && (name
+            .iter()
+            .all(|&b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+            || name
+                .iter()
+                .all(|&b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'))
+    {
+        return true;
+    }
+    // Elided: `ghp_...`, `sk-proj-…`.
+    if trimmed.ends_with(b"...")
+        || trimmed.ends_with("…".as_bytes())
+        || find(trimmed, b"...").is_some()
     {
         return true;
     }
@@ -41,13 +69,48 @@ pub(super) fn placeholder(value: &[u8]) -> bool {
             return true;
         }
     }
-    low_variety(trimmed)
+    template_words(trimmed) || low_variety(trimmed)
 }
 
-/// True for `xxxx…`, `****`, `0000…` and values with a run of six identical bytes.
+/// Words that mark a value as an example to fill in.
+const TEMPLATE_WORDS: &[&[u8]] = &[
+    b"your",
+    b"my",
+    b"here",
+    b"example",
+    b"placeholder",
+    b"changeme",
+    b"replace",
+    b"insert",
+    b"dummy",
+    b"sample",
+    b"fake",
+    b"redacted",
+    b"xxx",
+    b"todo",
+];
+
+/// `your-api-key-here`, `xoxb-your-bot-token`'s body, `YOUR_TOKEN`, `changeme`: letters only, in
+/// one case, words split by `-`, `_` or `.`, one of them a template word.
+fn template_words(value: &[u8]) -> bool {
+    let letters = value
+        .iter()
+        .all(|&b| b.is_ascii_alphabetic() || matches!(b, b'-' | b'_' | b'.'));
+    let one_case =
+        !value.iter().any(u8::is_ascii_lowercase) || !value.iter().any(u8::is_ascii_uppercase);
+    letters
+        && one_case
+        && value
+            .split(|&b| matches!(b, b'-' | b'_' | b'.'))
+            .any(|word| TEMPLATE_WORDS.iter().any(|t| word.eq_ignore_ascii_case(t)))
+}
+
+/// True for `xxxx…`, `****`, `0000…`: at most three distinct bytes, or mostly one run of a filler
+/// (`x`, `*`, `0`, `#`, `.`, `-`, `_`) six or more long.
 pub(super) fn low_variety(value: &[u8]) -> bool {
     let mut seen = [0u64; 4];
     let mut run = 0;
+    let mut longest = 0;
     let mut last = None;
     for &b in value {
         if let Some(word) = seen.get_mut(usize::from(b >> 6)) {
@@ -55,11 +118,12 @@ pub(super) fn low_variety(value: &[u8]) -> bool {
         }
         run = if last == Some(b) { run + 1 } else { 1 };
         last = Some(b);
-        if run >= 6 {
-            return true;
+        if run >= 6 && matches!(b, b'x' | b'X' | b'*' | b'0' | b'#' | b'.' | b'-' | b'_') {
+            longest = longest.max(run);
         }
     }
     seen.iter().map(|w| w.count_ones()).sum::<u32>() <= 3
+        || (longest >= 6 && longest * 2 >= value.len())
 }
 
 /// Skips `"`/`'` (or their backslash-escaped forms), spaces, one separator and more spaces;
@@ -144,8 +208,8 @@ pub(super) fn trim_end(scan: &Scan<'_>, from: usize, mut to: usize) -> usize {
     to
 }
 
-/// Values that are not secrets even under a secret-sounding name.
-pub(super) fn benign_value(value: &[u8]) -> bool {
+/// Values that are not secrets even under a secret-sounding name of `kind`.
+pub(super) fn benign_value(value: &[u8], kind: &str) -> bool {
     if placeholder(value) {
         return true;
     }
@@ -162,8 +226,10 @@ pub(super) fn benign_value(value: &[u8]) -> bool {
     {
         return true;
     }
-    if path_like(value) {
-        return true; // a path, e.g. `SSH_KEY=/home/u/.ssh/id_ed25519`
+    if path_like(value) && (kind == "key" || value.starts_with(b"/")) {
+        // A path, e.g. `SSH_KEY=/home/u/.ssh/id_ed25519`; under a password, token or secret
+        // only an absolute one (`PASSWORD=~/x` is a password that starts with a tilde).
+        return true;
     }
     value.len() <= 4 && value.iter().all(u8::is_ascii_digit)
 }
