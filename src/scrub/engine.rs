@@ -256,6 +256,9 @@ impl Engine {
         if let Some(from) = hold {
             scan.spans.retain(|s| s.end <= from);
         }
+        // A rule may find a secret before its trigger (the AWS console CSV's password field):
+        // spans are written in text order, and one inside an earlier one is dropped.
+        scan.spans.sort_by_key(|s| s.start);
         *pem = scan.pem;
         (scan.spans, hold)
     }

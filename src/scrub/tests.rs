@@ -449,3 +449,116 @@ fn placeholders_documentation_paths_and_code_stay() {
         assert_intact(line);
     }
 }
+
+#[test]
+fn passwords_on_command_lines() {
+    assert_table(&[
+        (
+            "mysql -uroot -pS3cretPw99 db",
+            "mysql -uroot -p[redacted:password] db",
+        ),
+        (
+            "mysqldump -u root -p'S3cret Pw' db",
+            "mysqldump -u root -p'[redacted:password]' db",
+        ),
+        (
+            "psql --password S3cretPw99",
+            "psql --password [redacted:password]",
+        ),
+        (
+            "app --password=S3cretPw99 --v",
+            "app --password=[redacted:password] --v",
+        ),
+        (
+            "sshpass -p S3cretPw99 ssh host",
+            "sshpass -p [redacted:password] ssh host",
+        ),
+        (
+            "docker login -u bot -p S3cretPw99 registry",
+            "docker login -u bot -p [redacted:password] registry",
+        ),
+        (
+            "helm registry login r.example -u a -p S3cretPw99",
+            "helm registry login r.example -u a -p [redacted:password]",
+        ),
+        // `-p` that is not a password: a prompt, a directory flag, a protocol, a port.
+        ("mysql -u root -p db", "mysql -u root -p db"),
+        ("mkdir -p /tmp/x", "mkdir -p /tmp/x"),
+        ("gh auth login -p ssh", "gh auth login -p ssh"),
+        ("ssh -p 2222 host", "ssh -p 2222 host"),
+        (
+            "echo x | docker login --password-stdin",
+            "echo x | docker login --password-stdin",
+        ),
+        ("psql --password -h db", "psql --password -h db"),
+    ]);
+}
+
+#[test]
+fn urls_escaped_encoded_and_protocol_relative() {
+    assert_table(&[
+        (
+            "{\"url\":\"https:\\/\\/user:S3cretPw99@host.example\\/x\"}",
+            "{\"url\":\"https:\\/\\/user:[redacted:password]@host.example\\/x\"}",
+        ),
+        (
+            "next=https%3A%2F%2Fuser%3AS3cretPw99%40host.example%2Fx&y=1",
+            "next=https%3A%2F%2Fuser%3A[redacted:password]%40host.example%2Fx&y=1",
+        ),
+        (
+            "next=https%3a%2f%2fuser%3aS3cretPw99%40host.example",
+            "next=https%3a%2f%2fuser%3a[redacted:password]%40host.example",
+        ),
+        (
+            "curl //user:S3cretPw99@host.example/x",
+            "curl //user:[redacted:password]@host.example/x",
+        ),
+        (
+            "url = \"//deploy:S3cretPw99@git.example/r\"",
+            "url = \"//deploy:[redacted:password]@git.example/r\"",
+        ),
+        // Not credentials: an encoded path with an `@`, a comment, a path with `//`.
+        (
+            "redirect=https%3A%2F%2Fexample.com%2Fpath%40x",
+            "redirect=https%3A%2F%2Fexample.com%2Fpath%40x",
+        ),
+        ("// note: see user:x@y", "// note: see user:x@y"),
+        (
+            "see https://example.com//a:b@c",
+            "see https://example.com//a:b@c",
+        ),
+    ]);
+}
+
+#[test]
+fn aws_console_credentials_csv_and_cookies() {
+    let id = tok("AKIA", 16).to_uppercase();
+    let secret = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYzq8KxPLmQ2";
+    assert_table(&[
+        (
+            "User name,Password,Access key ID,Secret access key,Console login link",
+            "User name,Password,Access key ID,Secret access key,Console login link",
+        ),
+        (
+            &format!("alice,S3cretPw99,{id},{secret},https://x.signin.aws.amazon.com/console"),
+            "alice,[redacted:password],[redacted:aws-access-key-id],[redacted:aws-secret-key],https://x.signin.aws.amazon.com/console",
+        ),
+        (
+            "bob,Pw4Bob!x,https://123.signin.aws.amazon.com/console",
+            "bob,[redacted:password],https://123.signin.aws.amazon.com/console",
+        ),
+        (
+            &format!("{id},{secret}"),
+            "[redacted:aws-access-key-id],[redacted:aws-secret-key]",
+        ),
+        (
+            "Cookie: sessionid=a8f5f167f44f4964e6c998dee827110c; csrftoken=abc; theme=dark",
+            "Cookie: sessionid=[redacted:cookie]; csrftoken=abc; theme=dark",
+        ),
+        (
+            "Set-Cookie: sid=Zk29aLm38QpX; Path=/; Domain=example.com; HttpOnly",
+            "Set-Cookie: sid=[redacted:cookie]; Path=/; Domain=example.com; HttpOnly",
+        ),
+        ("the cookie: chocolate chip", "the cookie: chocolate chip"),
+    ]);
+}

@@ -93,3 +93,81 @@ pub(super) fn curl_user(scan: &mut Scan<'_>, start: usize, end: usize) -> Outcom
     scan.push(colon + 1, to, "password");
     Outcome::Consumed(resume)
 }
+
+/// Cookie attributes, not cookies.
+const COOKIE_ATTRIBUTES: &[&[u8]] = &[
+    b"path",
+    b"domain",
+    b"expires",
+    b"max-age",
+    b"samesite",
+    b"secure",
+    b"httponly",
+    b"priority",
+    b"partitioned",
+    b"version",
+    b"comment",
+];
+
+/// `Cookie:` / `Set-Cookie:` headers: every cookie value that looks generated (session ids,
+/// CSRF tokens); attribute values and short flags stay.
+pub(super) fn cookie(scan: &mut Scan<'_>, start: usize, end: usize) -> Outcome {
+    if scan
+        .before(start)
+        .is_some_and(|b| b.is_ascii_alphanumeric())
+    {
+        return Outcome::Skip;
+    }
+    let line_end = scan.line_end(start);
+    if scan.cut(line_end) {
+        return Outcome::NeedMore(start);
+    }
+    let mut i = end;
+    while i < line_end {
+        let pair_end = (i..line_end)
+            .find(|&k| matches!(scan.at(k), Some(b';' | b'"' | b'\'' | b'\r')))
+            .unwrap_or(line_end);
+        let pair = scan.bytes(i, pair_end);
+        if let Some(eq) = memchr::memchr(b'=', pair) {
+            let name = pair.get(..eq).unwrap_or_default().trim_ascii();
+            let from = i + eq + 1;
+            let to = scan.run(from, |b| {
+                !is_space(b) && !matches!(b, b';' | b',' | b'"' | b'\'')
+            });
+            let value = scan.bytes(from, to);
+            let attribute = COOKIE_ATTRIBUTES
+                .iter()
+                .any(|a| name.eq_ignore_ascii_case(a));
+            if !attribute && value.len() >= 8 && generated(value) && !placeholder(value) {
+                scan.push(from, to, "cookie");
+            }
+        }
+        if !matches!(scan.at(pair_end), Some(b';')) {
+            return Outcome::Consumed(pair_end);
+        }
+        i = pair_end + 1;
+    }
+    Outcome::Consumed(line_end)
+}
+
+/// The AWS console's credentials CSV (`User name,Password,…,Console login link`): the password
+/// field of a data line (its access keys are the key rules').
+pub(super) fn aws_console_csv(scan: &mut Scan<'_>, start: usize) -> Outcome {
+    let line_start = scan
+        .text
+        .get(..start)
+        .and_then(|t| memchr::memrchr(b'\n', t))
+        .map_or(0, |n| n + 1);
+    let line = scan.bytes(line_start, start);
+    let mut fields = line.split(|&b| b == b',');
+    let (Some(user), Some(password), Some(_)) = (fields.next(), fields.next(), fields.next())
+    else {
+        return Outcome::Skip;
+    };
+    if user.eq_ignore_ascii_case(b"user name") || password.is_empty() || placeholder(password) {
+        return Outcome::Skip;
+    }
+    let from = line_start + user.len() + 1;
+    scan.push(from, from + password.len(), "password");
+    Outcome::Skip
+}

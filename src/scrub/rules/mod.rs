@@ -6,6 +6,7 @@
 //! judge a candidate that touches the end.
 
 mod assign;
+mod cli;
 mod header;
 mod pem;
 mod tokens;
@@ -62,13 +63,17 @@ pub(super) struct Scan<'a> {
 pub(super) enum Rule {
     Prefix(&'static Prefix),
     Jwt,
-    Url,
+    Url(url::Form),
+    EncodedUrl,
     Authorization,
     Bearer,
     CurlUser,
     PemBegin,
     PemBase64,
     PuttyPrivate,
+    CliPassword,
+    Cookie,
+    AwsConsoleCsv,
     Assignment,
     QuerySignature,
     WebhookPath,
@@ -212,10 +217,19 @@ pub(super) static PREFIXES: &[Prefix] = &[
 /// Trigger strings that are not provider prefixes, and the rule each calls.
 pub(super) static OTHER_TRIGGERS: &[(&str, Rule)] = &[
     ("eyJ", Rule::Jwt),
-    ("://", Rule::Url),
+    ("://", Rule::Url(url::Form::Plain)),
+    (":\\/\\/", Rule::Url(url::Form::JsonEscaped)),
+    ("//", Rule::Url(url::Form::Relative)),
+    ("%3A%2F%2F", Rule::EncodedUrl),
+    ("%3a%2f%2f", Rule::EncodedUrl),
     ("authorization", Rule::Authorization),
     ("Authorization", Rule::Authorization),
     ("AUTHORIZATION", Rule::Authorization),
+    ("Cookie:", Rule::Cookie),
+    ("cookie:", Rule::Cookie),
+    ("COOKIE:", Rule::Cookie),
+    // The AWS console's credentials CSV names its sign-in link on every data line.
+    (".signin.aws.amazon.com", Rule::AwsConsoleCsv),
     ("Bearer ", Rule::Bearer),
     ("bearer ", Rule::Bearer),
     ("-u ", Rule::CurlUser),
@@ -224,6 +238,12 @@ pub(super) static OTHER_TRIGGERS: &[(&str, Rule)] = &[
     ("----BEGIN ", Rule::PemBegin),
     ("----begin ", Rule::PemBegin),
     ("Private-Lines:", Rule::PuttyPrivate),
+    // Commands that take a password flag (`mysql -pSECRET`, `sshpass -p SECRET`, `docker
+    // login -p SECRET`).
+    ("mysql", Rule::CliPassword),
+    ("mariadb", Rule::CliPassword),
+    ("sshpass", Rule::CliPassword),
+    ("login", Rule::CliPassword),
     // `-----BEGIN ` in base64 at its three alignments (k8s secrets, `base64 key.pem`).
     ("LS0tLS1CRUdJ", Rule::PemBase64),
     ("0tLS0tQkVHSU4g", Rule::PemBase64),
@@ -264,13 +284,17 @@ pub(super) fn validate(rule: Rule, scan: &mut Scan<'_>, start: usize, end: usize
     match rule {
         Rule::Prefix(spec) => tokens::prefix_token(scan, start, spec),
         Rule::Jwt => tokens::jwt(scan, start),
-        Rule::Url => url::url_userinfo(scan, start),
+        Rule::Url(form) => url::url_userinfo(scan, start, form),
+        Rule::EncodedUrl => url::encoded_userinfo(scan, start, end),
         Rule::Authorization => header::authorization(scan, start, end),
         Rule::Bearer => header::bearer(scan, start, end),
         Rule::CurlUser => header::curl_user(scan, start, end),
         Rule::PemBegin => pem::pem_begin(scan, start, end),
         Rule::PemBase64 => pem::pem_base64(scan, start),
         Rule::PuttyPrivate => pem::putty_private(scan, start, end),
+        Rule::CliPassword => cli::cli_password(scan, start, end),
+        Rule::Cookie => header::cookie(scan, start, end),
+        Rule::AwsConsoleCsv => header::aws_console_csv(scan, start),
         Rule::Assignment => assign::assignment(scan, start, end),
         Rule::QuerySignature => assign::query_signature(scan, start, end),
         Rule::WebhookPath => assign::webhook_path(scan, end),
@@ -375,7 +399,8 @@ pub(super) fn naive_regexes() -> Vec<String> {
             Rule::Jwt => {
                 format!("{literal}[A-Za-z0-9_-]{{10,}}\\.eyJ[A-Za-z0-9_-]{{10,}}\\.[A-Za-z0-9_-]*")
             }
-            Rule::Url => format!("[A-Za-z][A-Za-z0-9+.-]*{literal}[^\\s:@/]*:[^\\s@]+@"),
+            Rule::Url(_) => format!("[A-Za-z][A-Za-z0-9+.-]*{literal}[^\\s:@/]*:[^\\s@]+@"),
+            Rule::EncodedUrl => format!("{literal}[^\\s&]*%3[Aa][^\\s&]*%40"),
             Rule::Authorization => format!("{literal}[\"']?\\s*[:=]\\s*[\"']?[A-Za-z]+ [^\\s\"']+"),
             Rule::Bearer => format!("{literal}[A-Za-z0-9._~+/=-]{{16,}}"),
             Rule::CurlUser => format!("{literal}\\s*['\"]?[^\\s:'\"]+:[^\\s'\"]+"),
@@ -383,6 +408,9 @@ pub(super) fn naive_regexes() -> Vec<String> {
                 "{literal}[A-Z ]*PRIVATE KEY-----[\\s\\S]*?-----END [A-Z ]*PRIVATE KEY-----"
             ),
             Rule::PemBase64 | Rule::Prefix(_) => format!("[A-Za-z0-9+/]*{literal}[A-Za-z0-9+/=]*"),
+            Rule::Cookie => format!("{literal}.*"),
+            Rule::AwsConsoleCsv => format!("^[^,]*,[^,]*,.*{literal}"),
+            Rule::CliPassword => format!("{literal}[a-z]* .*-p ?[^\\s]+"),
             Rule::PuttyPrivate => format!("{literal} *[0-9]+\\n([A-Za-z0-9+/=]+\\n)+"),
             Rule::QuerySignature => format!("[?&]{literal}[^&\\s\"'#]+"),
             Rule::WebhookPath => format!("{literal}[A-Za-z0-9_/-]+"),

@@ -35,6 +35,29 @@ pub(super) fn prefix_token(scan: &mut Scan<'_>, start: usize, spec: &Prefix) -> 
         spec.kind
     };
     scan.push(start, end, kind);
+    if kind == "aws-access-key-id" {
+        return aws_secret_after(scan, end);
+    }
+    Outcome::Consumed(end)
+}
+
+/// An access key id followed by its secret (`AKIA…,SECRET` in the credentials CSVs, `AKIA…
+/// SECRET` or `AKIA…:SECRET` in pasted pairs): the 40-character secret goes too.
+fn aws_secret_after(scan: &mut Scan<'_>, end: usize) -> Outcome {
+    if !matches!(scan.at(end), Some(b',' | b' ' | b'\t' | b':')) {
+        return Outcome::Consumed(end);
+    }
+    let from = end + 1;
+    let to = scan.run(from, |b| {
+        b.is_ascii_alphanumeric() || b == b'/' || b == b'+'
+    });
+    if scan.cut(to) {
+        return Outcome::NeedMore(end);
+    }
+    if to - from == 40 && generated(scan.bytes(from, to)) {
+        scan.push(from, to, "aws-secret-key");
+        return Outcome::Consumed(to);
+    }
     Outcome::Consumed(end)
 }
 

@@ -6,7 +6,18 @@ use super::*;
 /// Longest userinfo examined after `://`.
 const MAX_AUTHORITY: usize = 512;
 
-pub(super) fn url_userinfo(scan: &mut Scan<'_>, start: usize) -> Outcome {
+/// How the authority is introduced.
+#[derive(Clone, Copy, Debug)]
+pub(in super::super) enum Form {
+    /// `scheme://`
+    Plain,
+    /// `scheme:\/\/`, as JSON escapes it.
+    JsonEscaped,
+    /// `//user:pw@host`, protocol-relative: no scheme.
+    Relative,
+}
+
+pub(super) fn url_userinfo(scan: &mut Scan<'_>, start: usize, form: Form) -> Outcome {
     let mut scheme = start;
     while scheme > 0
         && scan
@@ -16,10 +27,21 @@ pub(super) fn url_userinfo(scan: &mut Scan<'_>, start: usize) -> Outcome {
     {
         scheme -= 1;
     }
-    if scheme == start {
-        return Outcome::Skip;
-    }
-    let from = start + 3;
+    let from = match form {
+        Form::Plain | Form::JsonEscaped if scheme == start => return Outcome::Skip,
+        Form::Plain => start + 3,
+        Form::JsonEscaped => start + 5,
+        Form::Relative => {
+            // Only where a URL can begin: not inside `://`, a path or a word.
+            if scan
+                .before(start)
+                .is_some_and(|b| !is_space(b) && !matches!(b, b'"' | b'\'' | b'=' | b'(' | b'<'))
+            {
+                return Outcome::Skip;
+            }
+            start + 2
+        }
+    };
     let limit = (from + MAX_AUTHORITY).min(scan.text.len());
     let stop = (from..limit)
         .find(|&i| {
@@ -90,4 +112,36 @@ fn documented(password: &[u8]) -> bool {
             && password
                 .iter()
                 .all(|&b| b.is_ascii_uppercase() || b == b'_'))
+}
+
+/// A URL percent-encoded whole (`https%3A%2F%2Fuser%3Apw%40host`, a redirect parameter): the
+/// password between the encoded `:` and `@` of its userinfo.
+pub(super) fn encoded_userinfo(scan: &mut Scan<'_>, start: usize, end: usize) -> Outcome {
+    let limit = (end + MAX_AUTHORITY).min(scan.text.len());
+    let stop = (end..limit)
+        .find(|&i| {
+            scan.at(i).is_some_and(|b| {
+                is_space(b) || matches!(b, b'"' | b'\'' | b'<' | b'>' | b'&' | b'`')
+            })
+        })
+        .unwrap_or(limit);
+    if scan.cut(stop) {
+        return Outcome::NeedMore(start);
+    }
+    let window = scan.bytes(end, stop).to_ascii_uppercase();
+    let authority =
+        find(&window, b"%2F").map_or(window.as_slice(), |n| window.get(..n).unwrap_or_default());
+    let Some(at) = find(authority, b"%40") else {
+        return Outcome::Skip;
+    };
+    let Some(colon) = find(authority.get(..at).unwrap_or_default(), b"%3A") else {
+        return Outcome::Skip;
+    };
+    let (from, to) = (end + colon + 3, end + at);
+    let password = scan.bytes(from, to);
+    if placeholder(password) || documented(password) {
+        return Outcome::Consumed(to);
+    }
+    scan.push(from, to, "password");
+    Outcome::Consumed(to)
 }
