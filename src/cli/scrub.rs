@@ -33,14 +33,14 @@ pub(super) fn run(known: Option<&Path>, out: &Output) -> ExitCode {
     }
 }
 
-/// Registers the values of `NAME=VALUE` lines.
+/// Registers the values of an env file's `NAME=VALUE` lines.
 fn load_known(scrubber: &Scrubber, path: &Path, out: &Output) -> io::Result<()> {
     let text = Zeroizing::new(std::fs::read_to_string(path)?);
     for (number, line) in text.lines().enumerate() {
         if line.trim().is_empty() || line.trim_start().starts_with('#') {
             continue;
         }
-        let Some((name, value)) = line.split_once('=') else {
+        let Some((name, value)) = env_line(line) else {
             out.note(&format!(
                 "warning: {}:{}: not a NAME=VALUE line; ignored",
                 path.display(),
@@ -48,7 +48,7 @@ fn load_known(scrubber: &Scrubber, path: &Path, out: &Output) -> io::Result<()> 
             ));
             continue;
         };
-        if let Err(error) = scrubber.register(name.trim(), &SecretString::from(value)) {
+        if let Err(error) = scrubber.register(name, &SecretString::from(value)) {
             out.note(&format!(
                 "warning: {}:{}: {error}",
                 path.display(),
@@ -57,6 +57,49 @@ fn load_known(scrubber: &Scrubber, path: &Path, out: &Output) -> io::Result<()> 
         }
     }
     Ok(())
+}
+
+/// One line of an env file as shells and dotenv read it: `[export] NAME = VALUE`, the value
+/// unquoted (`"…"` with `\"` and `\\` escapes, `'…'` literal) or bare with a trailing ` # comment`
+/// dropped; spaces around the name and value are not part of them.
+fn env_line(line: &str) -> Option<(&str, String)> {
+    let line = line.trim();
+    let line = line.strip_prefix("export ").map_or(line, str::trim_start);
+    let (name, value) = line.split_once('=')?;
+    let (name, value) = (name.trim(), value.trim());
+    if name.is_empty() {
+        return None;
+    }
+    let value = if let Some(inner) = value
+        .strip_prefix('"')
+        .and_then(|v| v.strip_suffix('"'))
+        .filter(|_| value.len() >= 2)
+    {
+        let mut out = String::with_capacity(inner.len());
+        let mut chars = inner.chars();
+        while let Some(c) = chars.next() {
+            match (c, chars.clone().next()) {
+                ('\\', Some(next @ ('"' | '\\' | '$' | '`'))) => {
+                    out.push(next);
+                    chars.next();
+                }
+                _ => out.push(c),
+            }
+        }
+        out
+    } else if let Some(inner) = value
+        .strip_prefix('\'')
+        .and_then(|v| v.strip_suffix('\''))
+        .filter(|_| value.len() >= 2)
+    {
+        inner.to_owned()
+    } else {
+        value
+            .split_once(" #")
+            .map_or(value, |(bare, _)| bare.trim_end())
+            .to_owned()
+    };
+    Some((name, value))
 }
 
 /// Reads stdin on a thread (so idleness can be noticed) and writes scrubbed text to stdout.
@@ -101,4 +144,25 @@ fn filter(scrubber: &Scrubber) -> io::Result<()> {
     stream.finish(&mut out);
     stdout.write_all(&out)?;
     stdout.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::env_line;
+
+    #[test]
+    fn known_files_are_read_as_env_files() {
+        for (line, name, value) in [
+            ("TOKEN=abc123xyz", "TOKEN", "abc123xyz"),
+            ("NAME=\"v a l\"", "NAME", "v a l"),
+            ("NAME='v\\a'", "NAME", "v\\a"),
+            ("NAME = spaced-value", "NAME", "spaced-value"),
+            ("export PGPASSWORD=\"q\\\"uote\"", "PGPASSWORD", "q\"uote"),
+            ("KEY=bare # comment", "KEY", "bare"),
+        ] {
+            let (n, v) = env_line(line).unwrap_or_else(|| panic!("{line}"));
+            assert_eq!((n, v.as_str()), (name, value), "{line}");
+        }
+        assert!(env_line("no separator").is_none());
+    }
 }

@@ -1,4 +1,6 @@
-//! Held secrets: the exact value of each, and the encodings it is likely to appear in.
+//! Held secrets: the exact value of each, and the encodings it is likely to appear in — percent-
+//! and form-encoded (either hex case), hex, JSON-escaped (short escapes or `\u00XX`), base64 at
+//! every alignment.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
@@ -31,7 +33,12 @@ pub(super) fn patterns(value: &[u8]) -> Vec<HeldPattern> {
         }
     };
     push(Zeroizing::new(value.to_vec()), Encoding::Exact);
-    push(percent_encode(value), Encoding::Exact);
+    for alpha in [b'A', b'a'] {
+        push(percent_encode(value, alpha, false), Encoding::Exact);
+        push(percent_encode(value, alpha, true), Encoding::Exact);
+        push(hex(value, alpha), Encoding::Exact);
+        push(json_unicode(value, alpha), Encoding::Exact);
+    }
     push(json_escape(value), Encoding::Exact);
     for align in 0..3 {
         for core in base64_cores(value, align) {
@@ -75,15 +82,45 @@ fn base64_cores(value: &[u8], align: usize) -> Vec<Zeroizing<Vec<u8>>> {
     vec![standard, url_safe]
 }
 
-fn percent_encode(value: &[u8]) -> Zeroizing<Vec<u8>> {
+/// Percent-encoding with hex letters from `alpha`; `form` writes a space as `+`
+/// (`application/x-www-form-urlencoded`).
+fn percent_encode(value: &[u8], alpha: u8, form: bool) -> Zeroizing<Vec<u8>> {
     let mut out = Zeroizing::new(Vec::with_capacity(value.len() * 3));
     for &b in value {
         if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
             out.push(b);
+        } else if form && b == b' ' {
+            out.push(b'+');
         } else {
             out.push(b'%');
-            out.push(hex_digit(b >> 4, b'A'));
-            out.push(hex_digit(b & 0xf, b'A'));
+            out.push(hex_digit(b >> 4, alpha));
+            out.push(hex_digit(b & 0xf, alpha));
+        }
+    }
+    out
+}
+
+/// Every byte as two hex digits (`xxd -p`, `od`, hex dumps in logs).
+fn hex(value: &[u8], alpha: u8) -> Zeroizing<Vec<u8>> {
+    let mut out = Zeroizing::new(Vec::with_capacity(value.len() * 2));
+    for &b in value {
+        out.push(hex_digit(b >> 4, alpha));
+        out.push(hex_digit(b & 0xf, alpha));
+    }
+    out
+}
+
+/// JSON with every byte that is not a letter or digit written `\u00XX` (encoders that escape
+/// HTML-sensitive or all punctuation).
+fn json_unicode(value: &[u8], alpha: u8) -> Zeroizing<Vec<u8>> {
+    let mut out = Zeroizing::new(Vec::with_capacity(value.len() * 6));
+    for &b in value {
+        if b.is_ascii_alphanumeric() || b >= 0x80 {
+            out.push(b);
+        } else {
+            out.extend_from_slice(b"\\u00");
+            out.push(hex_digit(b >> 4, alpha));
+            out.push(hex_digit(b & 0xf, alpha));
         }
     }
     out

@@ -237,6 +237,14 @@ fn held_secrets_are_redacted_with_their_encodings() {
         format!("{{\"auth\":\"{}\"}}", b64(&format!("ab:{value}"))),
         format!("q={}", "pl41n-Passphrase%2Fwith%2Bsymbols%22"),
         format!("{{\"v\":\"{}\"}}", "pl41n-Passphrase/with+symbols\\\""),
+        // Either hex case, lowercase percent-encoding, JSON's `\u00XX`.
+        format!("hex {}", hex(value, false)),
+        format!("HEX {}", hex(value, true)),
+        format!("q={}", "pl41n-Passphrase%2fwith%2bsymbols%22"),
+        format!(
+            "{{\"v\":\"{}\"}}",
+            "pl41n\\u002dPassphrase\\u002fwith\\u002bsymbols\\u0022"
+        ),
     ];
     for input in inputs {
         let out = scrubber.scrub(&input);
@@ -248,6 +256,35 @@ fn held_secrets_are_redacted_with_their_encodings() {
                 "{input} -> {out}"
             );
         }
+    }
+}
+
+fn hex(value: &str, upper: bool) -> String {
+    value
+        .bytes()
+        .map(|b| {
+            if upper {
+                format!("{b:02X}")
+            } else {
+                format!("{b:02x}")
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn a_held_secret_with_spaces_is_found_form_encoded() {
+    let scrubber = Scrubber::new();
+    scrubber
+        .register("phrase", &SecretString::from("correct horse battery"))
+        .unwrap();
+    for input in [
+        "q=correct+horse+battery&x=1",
+        "q=correct%20horse%20battery",
+        "say correct horse battery now",
+    ] {
+        let out = scrubber.scrub(input);
+        assert!(!out.contains("horse"), "{input} -> {out}");
     }
 }
 
