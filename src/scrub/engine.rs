@@ -270,29 +270,39 @@ impl Engine {
         spans.iter().map(|s| s.kind).find(|k| !k.is_empty())
     }
 
-    /// Whether the end of `text` could be the start of a secret: some suffix of its last word is
-    /// a proper prefix of a trigger or held value, or the last word holds a trigger.
-    pub(super) fn live_tail(&self, text: &[u8]) -> bool {
+    /// Where a secret could be starting at the end of `text`, if anywhere: the last word, when
+    /// some suffix of it is a proper prefix of a trigger or held value or it holds a trigger;
+    /// or further back, where a held value with spaces in it (a passphrase) began.
+    pub(super) fn live_from(&self, text: &[u8]) -> Option<usize> {
         let word_start = text
             .iter()
             .rposition(|&b| rules::is_space(b))
             .map_or(0, |i| i + 1);
-        let word = text.get(word_start..).unwrap_or_default();
-        if word.is_empty() {
-            return false;
-        }
-        if self.groups.iter().any(|g| g.automaton.find(word).is_some()) {
-            return true;
-        }
-        let statics = rules::PREFIXES
+        let held_from = self
+            .held
             .iter()
-            .map(|p| p.prefix.as_bytes())
-            .chain(rules::OTHER_TRIGGERS.iter().map(|(t, _)| t.as_bytes()));
-        let helds = self.held.iter().map(|h| h.bytes.as_slice());
-        statics.chain(helds).any(|pattern| {
-            (1..pattern.len().min(word.len() + 1))
-                .any(|k| pattern.get(..k).is_some_and(|head| word.ends_with(head)))
-        })
+            .filter_map(|h| {
+                (1..h.bytes.len().min(text.len() + 1))
+                    .rev()
+                    .find(|&k| h.bytes.get(..k).is_some_and(|head| text.ends_with(head)))
+                    .map(|k| text.len() - k)
+            })
+            .min();
+        let word = text.get(word_start..).unwrap_or_default();
+        let word_live = !word.is_empty()
+            && (self.groups.iter().any(|g| g.automaton.find(word).is_some())
+                || rules::PREFIXES
+                    .iter()
+                    .map(|p| p.prefix.as_bytes())
+                    .chain(rules::OTHER_TRIGGERS.iter().map(|(t, _)| t.as_bytes()))
+                    .any(|pattern| {
+                        (1..pattern.len().min(word.len() + 1))
+                            .any(|k| pattern.get(..k).is_some_and(|head| word.ends_with(head)))
+                    }));
+        match (word_live.then_some(word_start), held_from) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 }
 

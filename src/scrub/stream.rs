@@ -18,8 +18,17 @@ pub struct ScrubStream {
     scrubber: Scrubber,
     pending: Vec<u8>,
     pem: PemState,
-    /// A forced cut redacted through its end: the next word continues that redaction.
-    carry: bool,
+    /// A forced cut redacted through its end: what follows continues that redaction.
+    carry: Option<Carry>,
+}
+
+/// How far a redaction carried over a forced cut reaches into the next block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Carry {
+    /// To the end of the first word.
+    Word,
+    /// To this closing quote (a quoted value with spaces in it), or the line's end.
+    Until(u8),
 }
 
 impl std::fmt::Debug for ScrubStream {
@@ -36,7 +45,7 @@ impl ScrubStream {
             scrubber,
             pending: Vec::new(),
             pem: PemState::Off,
-            carry: false,
+            carry: None,
         }
     }
 
@@ -71,13 +80,7 @@ impl ScrubStream {
         let pending = std::mem::take(&mut self.pending);
         let start = self.leading_carry(&pending, out);
         let rest = pending.get(start..).unwrap_or_default();
-        let tail_from = if engine.live_tail(rest) {
-            rest.iter()
-                .rposition(|&b| b.is_ascii_whitespace())
-                .map_or(0, |i| i + 1)
-        } else {
-            rest.len()
-        };
+        let tail_from = engine.live_from(rest).unwrap_or(rest.len());
         let mut pem = self.pem;
         let decided = rest.get(..tail_from).unwrap_or_default();
         let result = engine.redact(decided, End::Open, &mut pem, out);
@@ -123,14 +126,18 @@ impl ScrubStream {
         let mut scratch = Vec::with_capacity(body.len());
         let result = engine.redact(body, End::Open, &mut self.pem, &mut scratch);
         let undecided = body.get(result.consumed..).unwrap_or_default();
-        let live = result.touches_end || !undecided.is_empty() || engine.live_tail(body);
+        let live_from = engine.live_from(body);
+        let live = result.touches_end || !undecided.is_empty() || live_from.is_some();
         if live {
             // Redact from the held candidate (or the last word) to the cut.
             let word_start = body
                 .iter()
                 .rposition(|&b| b.is_ascii_whitespace())
                 .map_or(0, |i| i + 1);
-            let cut_from = result.consumed.min(word_start);
+            let cut_from = result
+                .consumed
+                .min(word_start)
+                .min(live_from.unwrap_or(body.len()));
             let mut pem = PemState::Off;
             let mut decided = Vec::new();
             engine.redact(
@@ -141,28 +148,70 @@ impl ScrubStream {
             );
             out.extend_from_slice(&decided);
             out.extend_from_slice(b"[redacted:truncated]");
-            self.carry = true;
+            self.carry = Some(
+                open_quote(body.get(cut_from..).unwrap_or_default())
+                    .map_or(Carry::Word, Carry::Until),
+            );
         } else {
             out.extend_from_slice(&scratch);
         }
     }
 
-    /// After a forced cut that redacted through its end, the first word continues the secret.
-    /// Returns how many bytes of `buf` that word takes.
+    /// After a forced cut that redacted through its end, the first word (or the rest of an open
+    /// quoted value) continues the secret. Returns how many bytes of `buf` it takes.
     fn leading_carry(&mut self, buf: &[u8], out: &mut Vec<u8>) -> usize {
-        if !std::mem::take(&mut self.carry) {
+        let Some(carry) = self.carry.take() else {
             return 0;
+        };
+        let (end, goes_on) = match carry {
+            Carry::Word => {
+                let word_end = buf.iter().position(|&b| b.is_ascii_whitespace());
+                let word = buf.get(..word_end.unwrap_or(buf.len())).unwrap_or_default();
+                // A quote opened in that word (`="pass phrase"` right after the cut): to its end.
+                match (open_quote(word), word_end) {
+                    (Some(quote), from) => {
+                        let from = from.unwrap_or(buf.len());
+                        let end = buf
+                            .iter()
+                            .skip(from)
+                            .position(|&b| b == quote || b == b'\n')
+                            .map(|n| n + from);
+                        (end, Carry::Until(quote))
+                    }
+                    (None, end) => (end, Carry::Word),
+                }
+            }
+            Carry::Until(quote) => (buf.iter().position(|&b| b == quote || b == b'\n'), carry),
+        };
+        let taken = end.unwrap_or(buf.len());
+        // Nothing ended it in this buffer: a quoted value goes on; a word goes on only when
+        // the buffer is a whole block (more of the same line follows).
+        if end.is_none() && (goes_on != Carry::Word || buf.len() >= BLOCK) {
+            self.carry = Some(goes_on);
         }
-        let word = buf
-            .iter()
-            .position(|&b| b.is_ascii_whitespace())
-            .unwrap_or(buf.len());
-        if word == buf.len() && buf.len() >= BLOCK {
-            self.carry = true;
-        }
-        if word > 0 {
+        if taken > 0 {
             out.extend_from_slice(b"[redacted:truncated]");
         }
-        word
+        taken
     }
+}
+
+/// The quote a redacted candidate left open at a cut: the last `"` or `'` (not backslash-escaped)
+/// that has no partner after it.
+fn open_quote(text: &[u8]) -> Option<u8> {
+    let mut open: Option<u8> = None;
+    let mut escaped = false;
+    for &b in text {
+        match (open, b) {
+            (_, b'\\') if !escaped => {
+                escaped = true;
+                continue;
+            }
+            (None, b'"' | b'\'') if !escaped => open = Some(b),
+            (Some(q), b) if b == q && !escaped => open = None,
+            _ => {}
+        }
+        escaped = false;
+    }
+    open
 }

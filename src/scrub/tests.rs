@@ -599,3 +599,62 @@ fn aws_console_credentials_csv_and_cookies() {
         ("the cookie: chocolate chip", "the cookie: chocolate chip"),
     ]);
 }
+
+#[test]
+fn a_pause_mid_passphrase_releases_nothing_of_it() {
+    let scrubber = Scrubber::new();
+    scrubber
+        .register(
+            "phrase",
+            &SecretString::from("correct horse battery staple"),
+        )
+        .unwrap();
+    let mut stream = scrubber.stream();
+    let mut out = Vec::new();
+    stream.write(b"say correct horse", &mut out);
+    stream.flush_idle(&mut out);
+    assert_eq!(
+        String::from_utf8_lossy(&out),
+        "say ",
+        "released before the pause"
+    );
+    stream.write(b" battery staple now\n", &mut out);
+    stream.finish(&mut out);
+    assert_eq!(
+        String::from_utf8_lossy(&out),
+        "say [redacted:held-secret] now\n"
+    );
+}
+
+#[test]
+fn a_long_line_cut_inside_a_quoted_password_redacts_all_of_it() {
+    let value = "Zq8 xVm3 nKp2 Lr7Ts Wq9e";
+    for shift in 0..value.len() + 12 {
+        // The cut (every 64 KiB of a line) falls `shift` bytes before the value ends.
+        let assignment = format!("password=\"{value}\" tail");
+        let filler = super::stream::BLOCK - (assignment.len() - 5) + shift;
+        let line = format!(
+            "{}{assignment}\n",
+            "w ".repeat(filler / 2) + &"w".repeat(filler % 2)
+        );
+        let mut stream = Scrubber::new().stream();
+        let mut out = Vec::new();
+        for chunk in line.as_bytes().chunks(997) {
+            stream.write(chunk, &mut out);
+        }
+        stream.finish(&mut out);
+        let out = String::from_utf8_lossy(&out);
+        for word in value.split(' ') {
+            assert!(
+                !out.contains(word),
+                "shift {shift}: `{word}` survived: {}",
+                &out[out.len().saturating_sub(120)..]
+            );
+        }
+        assert!(
+            out.ends_with(" tail\n"),
+            "shift {shift}: {}",
+            &out[out.len().saturating_sub(120)..]
+        );
+    }
+}
