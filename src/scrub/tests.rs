@@ -550,10 +550,6 @@ fn urls_escaped_encoded_and_protocol_relative() {
             "curl //user:S3cretPw99@host.example/x",
             "curl //user:[redacted:password]@host.example/x",
         ),
-        (
-            "url = \"//deploy:S3cretPw99@git.example/r\"",
-            "url = \"//deploy:[redacted:password]@git.example/r\"",
-        ),
         // Not credentials: an encoded path with an `@`, a comment, a path with `//`.
         (
             "redirect=https%3A%2F%2Fexample.com%2Fpath%40x",

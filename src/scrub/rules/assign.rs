@@ -159,24 +159,40 @@ const DESCRIPTORS: &[&[u8]] = &[
     b"help",
 ];
 
-/// The segments of a name, split at `_`, `.`, `-` and lower-to-upper camelCase steps.
-fn segments(name: &[u8]) -> Vec<&[u8]> {
-    let mut out = Vec::new();
+/// Most segments of a name looked at.
+const MAX_SEGMENTS: usize = 16;
+
+/// The segments of a name, split at `_`, `.`, `-` and lower-to-upper camelCase steps (at most
+/// [`MAX_SEGMENTS`], the last ones kept): `(segments, count)`, without allocating.
+fn segments<'a>(name: &'a [u8]) -> ([&'a [u8]; MAX_SEGMENTS], usize) {
+    let mut out: [&'a [u8]; MAX_SEGMENTS] = [&[]; MAX_SEGMENTS];
+    let mut count = 0;
+    let mut push = |segment: &'a [u8]| {
+        if !segment.is_empty() && !matches!(segment, [b'_' | b'.' | b'-']) {
+            if count == MAX_SEGMENTS {
+                out.rotate_left(1);
+                count -= 1;
+            }
+            if let Some(slot) = out.get_mut(count) {
+                *slot = segment;
+            }
+            count += 1;
+        }
+    };
     let mut start = 0;
     for (i, pair) in name.windows(2).enumerate() {
         if let [a, b] = *pair {
             if matches!(b, b'_' | b'.' | b'-') {
-                out.push(name.get(start..=i).unwrap_or_default());
+                push(name.get(start..=i).unwrap_or_default());
                 start = i + 2;
             } else if a.is_ascii_lowercase() && b.is_ascii_uppercase() {
-                out.push(name.get(start..=i).unwrap_or_default());
+                push(name.get(start..=i).unwrap_or_default());
                 start = i + 1;
             }
         }
     }
-    out.push(name.get(start..).unwrap_or_default());
-    out.retain(|s| !s.is_empty() && !matches!(s, [b'_' | b'.' | b'-']));
-    out
+    push(name.get(start..).unwrap_or_default());
+    (out, count)
 }
 
 /// What a name says about its value: the secret word of its last segment, or a strong secret
@@ -188,7 +204,8 @@ fn name_kind(name: &[u8]) -> Option<(&'static str, Strength, usize)> {
         .iter()
         .position(|b| !separator(b))
         .unwrap_or(name.len());
-    let parts = segments(name.get(from..).unwrap_or_default());
+    let (all, count) = segments(name.get(from..).unwrap_or_default());
+    let parts = all.get(..count).unwrap_or_default();
     let last = parts.last()?;
     if let Some((kind, strength)) = secret_word(last) {
         return Some((kind, strength, parts.len()));
@@ -203,10 +220,15 @@ fn name_kind(name: &[u8]) -> Option<(&'static str, Strength, usize)> {
             return Some((kind, Strength::Generated, parts.len()));
         }
         if let Some(next) = parts.get(i + 1) {
-            let mut pair = part.to_vec();
-            pair.extend_from_slice(next);
-            if let Some((kind, _)) = strong(&pair) {
-                return Some((kind, Strength::Generated, parts.len()));
+            let mut pair = [0u8; 24];
+            let joined = part.len() + next.len();
+            if let Some(slot) = pair.get_mut(..joined) {
+                let (head, tail) = slot.split_at_mut(part.len());
+                head.copy_from_slice(part);
+                tail.copy_from_slice(next);
+                if let Some((kind, _)) = strong(slot) {
+                    return Some((kind, Strength::Generated, parts.len()));
+                }
             }
         }
     }
@@ -217,6 +239,17 @@ fn name_kind(name: &[u8]) -> Option<(&'static str, Strength, usize)> {
 const MAX_NAME: usize = 128;
 
 pub(super) fn assignment(scan: &mut Scan<'_>, start: usize, end: usize) -> Outcome {
+    // `auth` in a longer word (`Author:`, `authenticate`) is not a name of its own; `authtoken`
+    // is found by its `token`.
+    if end - start == 4
+        && scan.bytes(start, end).eq_ignore_ascii_case(b"auth")
+        && scan.at(end).is_some_and(|b| b.is_ascii_lowercase())
+        && !scan
+            .bytes(start, start + 13)
+            .eq_ignore_ascii_case(b"authorization")
+    {
+        return Outcome::Skip;
+    }
     // `auth` is also where `Authorization` starts: that header has its own rule.
     if scan
         .bytes(start, start + 13)

@@ -13,7 +13,7 @@ pub(in super::super) enum Form {
     Plain,
     /// `scheme:\/\/`, as JSON escapes it.
     JsonEscaped,
-    /// `//user:pw@host`, protocol-relative: no scheme.
+    /// ` //user:pw@host`, protocol-relative after a space: no scheme.
     Relative,
 }
 
@@ -31,16 +31,8 @@ pub(super) fn url_userinfo(scan: &mut Scan<'_>, start: usize, form: Form) -> Out
         Form::Plain | Form::JsonEscaped if scheme == start => return Outcome::Skip,
         Form::Plain => start + 3,
         Form::JsonEscaped => start + 5,
-        Form::Relative => {
-            // Only where a URL can begin: not inside `://`, a path or a word.
-            if scan
-                .before(start)
-                .is_some_and(|b| !is_space(b) && !matches!(b, b'"' | b'\'' | b'=' | b'(' | b'<'))
-            {
-                return Outcome::Skip;
-            }
-            start + 2
-        }
+        // The trigger is ` //`.
+        Form::Relative => start + 3,
     };
     let limit = (from + MAX_AUTHORITY).min(scan.text.len());
     let stop = (from..limit)

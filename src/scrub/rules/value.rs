@@ -42,9 +42,8 @@ pub(super) fn placeholder(value: &[u8]) -> bool {
         return true;
     }
     // Elided: `ghp_...`, `sk-proj-…`.
-    if trimmed.ends_with(b"...")
-        || trimmed.ends_with("…".as_bytes())
-        || find(trimmed, b"...").is_some()
+    if trimmed.ends_with("…".as_bytes())
+        || (memchr::memchr(b'.', trimmed).is_some() && trimmed.windows(3).any(|w| w == b"..."))
     {
         return true;
     }
@@ -93,13 +92,15 @@ const TEMPLATE_WORDS: &[&[u8]] = &[
 /// `your-api-key-here`, `xoxb-your-bot-token`'s body, `YOUR_TOKEN`, `changeme`: letters only, in
 /// one case, words split by `-`, `_` or `.`, one of them a template word.
 fn template_words(value: &[u8]) -> bool {
-    let letters = value
-        .iter()
-        .all(|&b| b.is_ascii_alphabetic() || matches!(b, b'-' | b'_' | b'.'));
+    let letters = || {
+        value
+            .iter()
+            .all(|&b| b.is_ascii_alphabetic() || matches!(b, b'-' | b'_' | b'.'))
+    };
     let one_case =
-        !value.iter().any(u8::is_ascii_lowercase) || !value.iter().any(u8::is_ascii_uppercase);
-    letters
-        && one_case
+        || !value.iter().any(u8::is_ascii_lowercase) || !value.iter().any(u8::is_ascii_uppercase);
+    letters()
+        && one_case()
         && value
             .split(|&b| matches!(b, b'-' | b'_' | b'.'))
             .any(|word| TEMPLATE_WORDS.iter().any(|t| word.eq_ignore_ascii_case(t)))
