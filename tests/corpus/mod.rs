@@ -54,15 +54,15 @@ impl Rng {
         )
     }
 
-    fn upper(&mut self, len: usize) -> String {
+    pub fn upper(&mut self, len: usize) -> String {
         self.chars(b"ABCDEFGHJKLMNPQRSTUVWXYZ234567", len)
     }
 
-    fn hex(&mut self, len: usize) -> String {
+    pub fn hex(&mut self, len: usize) -> String {
         self.chars(b"0123456789abcdef", len)
     }
 
-    fn b64(&mut self, len: usize) -> String {
+    pub fn b64(&mut self, len: usize) -> String {
         self.chars(
             b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/",
             len,
@@ -70,7 +70,7 @@ impl Rng {
     }
 }
 
-fn b64(bytes: &[u8]) -> String {
+pub fn b64(bytes: &[u8]) -> String {
     base64::Engine::encode(&base64::engine::general_purpose::STANDARD, bytes)
 }
 

@@ -302,6 +302,15 @@ pub(super) fn assignment(scan: &mut Scan<'_>, start: usize, end: usize) -> Outco
     if spaced_flag && scan.at(value_at) == Some(b'-') {
         return Outcome::Skip; // another flag follows: the password is asked for
     }
+    if spaced_flag
+        && scan.at(value_at).is_some_and(|b| b.is_ascii_uppercase())
+        && scan
+            .bytes(value_at, scan.run(value_at, |b| !is_space(b)))
+            .iter()
+            .all(|b| b.is_ascii_uppercase() || *b == b'_')
+    {
+        return Outcome::Skip; // usage text: `--password PASSWORD`
+    }
     let Some((from, to, resume)) = value(scan, value_at) else {
         return Outcome::NeedMore(name_start);
     };
