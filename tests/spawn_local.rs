@@ -196,6 +196,18 @@ fn a_granted_profile_starts_ready_with_its_secret_and_refusals_carry_reasons() {
     assert!(!shown.contains(&canary), "the secret was typed: {shown}");
     assert!(host.held(&agent).is_empty(), "nothing left held");
 
+    // The broker password fleetd holds, typed in other encodings, is not typed either.
+    let hex: String = password.bytes().map(|b| format!("{b:02x}")).collect();
+    let upper = hex.to_uppercase();
+    let (encoded, _) = host.send(&agent, &primary, &format!("as hex {hex} and {upper} ok"));
+    host.wait_delivery(&encoded, "delivered");
+    let shown = tmux.shown();
+    assert!(
+        shown.contains("as hex [redacted:held-secret] and [redacted:held-secret] ok"),
+        "{shown}"
+    );
+    assert!(!shown.contains(&hex) && !shown.contains(&upper), "{shown}");
+
     // The agent stops at a permission prompt: the next message is not typed; it stays held.
     let (asking, _) = host.send(&agent, &primary, "please-ask");
     host.wait_delivery(&asking, "delivered");
