@@ -239,23 +239,20 @@ fn name_kind(name: &[u8]) -> Option<(&'static str, Strength, usize)> {
 const MAX_NAME: usize = 128;
 
 pub(super) fn assignment(scan: &mut Scan<'_>, start: usize, end: usize) -> Outcome {
-    // `auth` in a longer word (`Author:`, `authenticate`) is not a name of its own; `authtoken`
-    // is found by its `token`.
-    if end - start == 4
-        && scan.bytes(start, end).eq_ignore_ascii_case(b"auth")
-        && scan.at(end).is_some_and(|b| b.is_ascii_lowercase())
-        && !scan
-            .bytes(start, start + 13)
-            .eq_ignore_ascii_case(b"authorization")
-    {
-        return Outcome::Skip;
-    }
     // `auth` is also where `Authorization` starts: that header has its own rule.
     if scan
         .bytes(start, start + 13)
         .eq_ignore_ascii_case(b"authorization")
     {
         return super::header::authorization(scan, start, start + 13);
+    }
+    // `auth` in a longer word (`Author:`, `authenticate`) is not a name of its own; `authtoken`
+    // is found by its `token`.
+    if end - start == 4
+        && scan.bytes(start, end).eq_ignore_ascii_case(b"auth")
+        && scan.at(end).is_some_and(|b| b.is_ascii_lowercase())
+    {
+        return Outcome::Skip;
     }
     let mut name_start = start;
     while scan.before(name_start).is_some_and(is_name) && start - name_start < MAX_NAME {
@@ -420,11 +417,7 @@ fn code_or_prose(
 
 /// `.netrc` lines put `password` and its value apart with a space: `machine h login u password p`.
 fn netrc_line(scan: &Scan<'_>, name_start: usize) -> bool {
-    let mut line_start = name_start;
-    while line_start > 0 && scan.before(line_start) != Some(b'\n') {
-        line_start -= 1;
-    }
-    let before = scan.bytes(line_start, name_start);
+    let before = scan.bytes(scan.line_start(name_start), name_start);
     let before = before.trim_ascii();
     before.is_empty() || find(before, b"login ").is_some() || find(before, b"machine ").is_some()
 }

@@ -29,12 +29,7 @@ pub(super) fn cli_password(scan: &mut Scan<'_>, start: usize, end: usize) -> Out
         b"sshpass" => (false, true),
         _ => {
             // `login`: only a registry client's (`gh auth login -p` picks a protocol).
-            let line_start = scan
-                .text
-                .get(..start)
-                .and_then(|t| memchr::memrchr(b'\n', t))
-                .map_or(0, |n| n + 1);
-            let before = scan.bytes(line_start, start);
+            let before = scan.bytes(scan.line_start(start), start);
             let client = before
                 .split(|&b| is_space(b) || b == b'/')
                 .any(|w| REGISTRY_CLIENTS.contains(&w));

@@ -153,11 +153,7 @@ pub(super) fn cookie(scan: &mut Scan<'_>, start: usize, end: usize) -> Outcome {
 /// The AWS console's credentials CSV (`User name,Password,…,Console login link`): the password
 /// field of a data line (its access keys are the key rules').
 pub(super) fn aws_console_csv(scan: &mut Scan<'_>, start: usize) -> Outcome {
-    let line_start = scan
-        .text
-        .get(..start)
-        .and_then(|t| memchr::memrchr(b'\n', t))
-        .map_or(0, |n| n + 1);
+    let line_start = scan.line_start(start);
     let line = scan.bytes(line_start, start);
     let mut fields = line.split(|&b| b == b',');
     let (Some(user), Some(password), Some(_)) = (fields.next(), fields.next(), fields.next())

@@ -65,7 +65,6 @@ pub(super) enum Rule {
     Jwt,
     Url(url::Form),
     EncodedUrl,
-    Authorization,
     Bearer,
     CurlUser,
     PemBegin,
@@ -225,9 +224,6 @@ pub(super) static OTHER_TRIGGERS: &[(&str, Rule)] = &[
     (" //", Rule::Url(url::Form::Relative)),
     ("%3A%2F%2F", Rule::EncodedUrl),
     ("%3a%2f%2f", Rule::EncodedUrl),
-    ("authorization", Rule::Authorization),
-    ("Authorization", Rule::Authorization),
-    ("AUTHORIZATION", Rule::Authorization),
     ("Cookie:", Rule::Cookie),
     ("cookie:", Rule::Cookie),
     ("COOKIE:", Rule::Cookie),
@@ -273,8 +269,9 @@ pub(super) static OTHER_TRIGGERS: &[(&str, Rule)] = &[
     ("KEY", Rule::Assignment),
     ("Key", Rule::Assignment),
     ("credential", Rule::Assignment),
-    // `auth` (docker's `"auth":`, `.npmrc`'s `_auth=`, `REDISCLI_AUTH=`); `Authorization`
-    // starts with it, and the assignment rule hands that header to its own rule.
+    // `auth` (docker's `"auth":`, `.npmrc`'s `_auth=`, `REDISCLI_AUTH=`), and the
+    // `Authorization` / `Proxy-Authorization` headers, which start with it: the assignment rule
+    // hands those to the header rule (a trigger of their own would never win the tie with `auth`).
     ("auth", Rule::Assignment),
     ("AUTH", Rule::Assignment),
     ("Auth", Rule::Assignment),
@@ -289,7 +286,6 @@ pub(super) fn validate(rule: Rule, scan: &mut Scan<'_>, start: usize, end: usize
         Rule::Jwt => tokens::jwt(scan, start),
         Rule::Url(form) => url::url_userinfo(scan, start, form),
         Rule::EncodedUrl => url::encoded_userinfo(scan, start, end),
-        Rule::Authorization => header::authorization(scan, start, end),
         Rule::Bearer => header::bearer(scan, start, end),
         Rule::CurlUser => header::curl_user(scan, start, end),
         Rule::PemBegin => pem::pem_begin(scan, start, end),
@@ -339,6 +335,12 @@ impl Scan<'_> {
             i += 1;
         }
         i
+    }
+
+    /// Index of the start of the line containing `i` (after its preceding newline, or 0).
+    pub(super) fn line_start(&self, i: usize) -> usize {
+        let head = self.text.get(..i).unwrap_or_default();
+        memchr::memrchr(b'\n', head).map_or(0, |n| n + 1)
     }
 
     /// Index of the end of the line containing `i` (its newline, or the end of text).
@@ -404,7 +406,6 @@ pub(super) fn naive_regexes() -> Vec<String> {
             }
             Rule::Url(_) => format!("[A-Za-z][A-Za-z0-9+.-]*{literal}[^\\s:@/]*:[^\\s@]+@"),
             Rule::EncodedUrl => format!("{literal}[^\\s&]*%3[Aa][^\\s&]*%40"),
-            Rule::Authorization => format!("{literal}[\"']?\\s*[:=]\\s*[\"']?[A-Za-z]+ [^\\s\"']+"),
             Rule::Bearer => format!("{literal}[A-Za-z0-9._~+/=-]{{16,}}"),
             Rule::CurlUser => format!("{literal}\\s*['\"]?[^\\s:'\"]+:[^\\s'\"]+"),
             Rule::PemBegin => format!(
