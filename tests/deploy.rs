@@ -32,24 +32,10 @@ fn score(text: &str) -> f64 {
         .unwrap_or_else(|e| {
             panic!("systemd-analyze is missing ({e}): install systemd (scripts/test does)")
         });
-    let text = String::from_utf8_lossy(&output.stdout);
-    let line = text
-        .lines()
-        .find(|l| l.contains("Overall exposure level"))
-        .unwrap_or_else(|| {
-            panic!(
-                "no overall exposure in systemd-analyze's output: {text}{}",
-                String::from_utf8_lossy(&output.stderr)
-            )
-        });
-    let value = line
-        .rsplit(':')
-        .next()
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("cannot read the score in {line:?}"));
-    eprintln!("{line}");
-    value
+    common::overall_exposure(
+        &String::from_utf8_lossy(&output.stdout),
+        &String::from_utf8_lossy(&output.stderr),
+    )
 }
 
 #[test]

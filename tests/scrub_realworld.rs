@@ -198,20 +198,12 @@ fn record(rng: &mut Rng, out: &mut Labelled) {
                     .replace(' ', "%20")
                     .replace('/', "%2f")
                     .replace('+', "%2b"),
-                2 => HELD
-                    .replace(' ', "+")
-                    .replace('/', "%2F")
-                    .replace('+', "%2B"),
+                // Form encoding: `+` is the space, `%2B` the plus sign.
+                2 => "blue+Harbor-42%2Fquiet%2Blamp".to_owned(),
                 _ => HELD
                     .replace(' ', "\\u0020")
                     .replace('/', "\\u002f")
                     .replace('-', "\\u002d"),
-            };
-            let encoded = if encoded.contains("%2B") {
-                // form encoding: `+` is the space, `%2B` the plus sign
-                "blue+Harbor-42%2Fquiet%2Blamp".to_owned()
-            } else {
-                encoded
             };
             out.secret(
                 format!("amqp debug: credential={encoded} (sent)"),

@@ -311,15 +311,7 @@ fn exposure(container: &Container) -> f64 {
         "systemd-analyze security --no-pager fleetd@alice.service",
         "",
     );
-    let line = text
-        .lines()
-        .find(|l| l.contains("Overall exposure level"))
-        .unwrap_or_else(|| panic!("no overall exposure: {text}"));
-    eprintln!("{line}");
-    line.split_once(".service:")
-        .and_then(|(_, rest)| rest.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("cannot read the score in {line:?}"))
+    common::overall_exposure(&text, "")
 }
 
 /// Serves `body` over HTTP on a loopback port until the test ends; the port.

@@ -24,6 +24,24 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_fleetd");
 
+/// The overall exposure `systemd-analyze security` printed in `stdout` (`… for NAME.service: 0.9
+/// SAFE …`), shown on stderr; panics naming `stderr` when there is none.
+#[expect(clippy::print_stderr, reason = "the score is shown in the test's output")]
+pub fn overall_exposure(stdout: &str, stderr: &str) -> f64 {
+    let line = stdout
+        .lines()
+        .find(|l| l.contains("Overall exposure level"))
+        .unwrap_or_else(|| {
+            panic!("no overall exposure in systemd-analyze's output: {stdout}{stderr}")
+        });
+    eprintln!("{line}");
+    // After the unit's name: the face after the score may hold a colon (`:-}` without UTF-8).
+    line.split_once(".service:")
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("cannot read the score in {line:?}"))
+}
+
 /// A number unique to this run, for vhost and user names.
 pub fn nonce() -> u128 {
     SystemTime::now()
