@@ -26,7 +26,10 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_fleetd");
 
 /// The overall exposure `systemd-analyze security` printed in `stdout` (`… for NAME.service: 0.9
 /// SAFE …`), shown on stderr; panics naming `stderr` when there is none.
-#[expect(clippy::print_stderr, reason = "the score is shown in the test's output")]
+#[expect(
+    clippy::print_stderr,
+    reason = "the score is shown in the test's output"
+)]
 pub fn overall_exposure(stdout: &str, stderr: &str) -> f64 {
     let line = stdout
         .lines()
