@@ -191,6 +191,28 @@ fn record(rng: &mut Rng, out: &mut Labelled) {
             };
             out.secret(format!("{open}\n{body}\n{close}"), &[&body]);
         }
+        14 if rng.below(5) == 0 => {
+            // `base64 creds.json`: the held value inside, the encoding wrapped at 76 columns.
+            let user_len = 1 + rng.below(60);
+            let payload = format!(
+                "{{\"user\":\"{}\",\"password\":\"{HELD}\",\"vhost\":\"/fleet\"}}",
+                rng.alnum(user_len)
+            );
+            let at = payload.find(HELD).unwrap();
+            let encoded = b64(payload.as_bytes());
+            let lines: Vec<&str> = encoded
+                .as_bytes()
+                .chunks(76)
+                .map(|l| std::str::from_utf8(l).unwrap())
+                .collect();
+            // The characters that encode the value alone, cut at the line breaks.
+            let (from, to) = ((at * 4).div_ceil(3), (at + HELD.len()) * 4 / 3);
+            let pieces: Vec<&str> = (from / 76..=(to - 1) / 76)
+                .map(|i| &encoded[from.max(i * 76)..to.min((i + 1) * 76)])
+                .collect();
+            out.harmless("$ base64 creds.json");
+            out.secret(lines.join("\n"), &pieces);
+        }
         14 => {
             let encoded = match rng.below(4) {
                 0 => hex(HELD),

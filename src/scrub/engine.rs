@@ -13,14 +13,20 @@ use super::rules::{self, Outcome, PemState, Rule, Scan, Span};
 #[derive(Clone, Copy)]
 enum Trigger {
     Rule(Rule),
-    Held(Encoding),
+    /// Index into [`Engine::held`].
+    Held(usize),
 }
 
-/// Whether the text being scanned ends for good (a newline was seen, or end of stream) or may
-/// continue (an idle flush or a forced cut of an over-long line).
+/// How the text being scanned ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum End {
+    /// For good: end of stream, or a text scrubbed whole.
     Hard,
+    /// At a newline, with more lines to come: a last line that may go on in a held value's
+    /// wrapped base64 on the next line waits for it (see [`Engine::wrap_from`]).
+    Line,
+    /// Anywhere (an idle flush, a forced cut of an over-long line): a candidate touching the end
+    /// is held back, and so is a wrapped-base64 last line as for [`End::Line`].
     Open,
 }
 
@@ -32,7 +38,8 @@ struct Group {
     triggers: Vec<Trigger>,
 }
 
-/// Teddy takes up to 64 literals; 50 measured best with the shapes sorted by length (benches/scrub.rs).
+/// Teddy takes up to 64 literals. With 100 shapes, 50 measured best (benches/scrub.rs); with the
+/// 113 of issue 22, two full groups (64 and 49) beat three.
 const GROUP_SIZE: usize = 64;
 
 /// Immutable once built; [`super::Scrubber`] swaps in a new one when a secret is registered.
@@ -117,7 +124,8 @@ impl Engine {
         // wins over a shape trigger.
         let patterns = held
             .iter()
-            .map(|p| (p.bytes.to_vec(), Trigger::Held(p.encoding)))
+            .enumerate()
+            .map(|(i, p)| (p.bytes.to_vec(), Trigger::Held(i)))
             .collect();
         let mut groups = groups(patterns);
         groups.extend_from_slice(shape_groups());
@@ -130,14 +138,7 @@ impl Engine {
 
     /// A new engine holding everything this one does plus `value`.
     pub(super) fn with_held(&self, value: &[u8]) -> Engine {
-        let mut held: Vec<HeldPattern> = self
-            .held
-            .iter()
-            .map(|p| HeldPattern {
-                bytes: p.bytes.clone(),
-                encoding: p.encoding,
-            })
-            .collect();
+        let mut held = self.held.clone();
         for pattern in known::patterns(value) {
             if !held.iter().any(|h| *h.bytes == *pattern.bytes) {
                 held.push(pattern);
@@ -159,8 +160,8 @@ impl Engine {
         self.held_count
     }
 
-    /// Redacts `block` into `out`. With [`End::Hard`] the whole block is consumed; with
-    /// [`End::Open`] a candidate touching the end is held back (see [`Redacted::consumed`]).
+    /// Redacts `block` into `out`. With [`End::Hard`] the whole block is consumed; otherwise
+    /// what may go on past the end is held back (see [`End`] and [`Redacted::consumed`]).
     pub(super) fn redact(
         &self,
         block: &[u8],
@@ -207,6 +208,10 @@ impl Engine {
             pem: *pem,
         };
         let mut pos = rules::pem_lines(&mut scan, 0);
+        let mut wrap_hold = match end {
+            End::Hard => None,
+            End::Line | End::Open => self.wrap_from(text),
+        };
         let mut hold = None;
         let mut next: Vec<Option<aho_corasick::Match>> = vec![None; self.groups.len()];
         let mut done = vec![false; self.groups.len()];
@@ -241,7 +246,13 @@ impl Engine {
                 Some(Trigger::Rule(rule)) => {
                     rules::validate(*rule, &mut scan, hit.start(), hit.end())
                 }
-                Some(Trigger::Held(encoding)) => held(&mut scan, *encoding, hit.start(), hit.end()),
+                Some(Trigger::Held(i)) => match self.held.get(*i).map(|p| &p.encoding) {
+                    Some(Encoding::Base64Half { core, offset }) => {
+                        wrapped(&mut scan, core, *offset, hit.start(), &mut wrap_hold)
+                    }
+                    Some(encoding) => held(&mut scan, encoding, hit.start(), hit.end()),
+                    None => Outcome::Skip,
+                },
                 None => Outcome::Skip,
             };
             match outcome {
@@ -253,6 +264,19 @@ impl Engine {
                 }
             }
         }
+        // Lines held back for wrapping that a key block took (its lines are redacted whole, and
+        // its state must not be carried past them) are decided now.
+        let wrap_hold = wrap_hold.filter(|&from| {
+            scan.pem == PemState::Off
+                && !scan
+                    .spans
+                    .iter()
+                    .any(|s| s.end > from && (s.kind.is_empty() || s.kind == "private-key"))
+        });
+        let hold = match (hold, wrap_hold) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         if let Some(from) = hold {
             scan.spans.retain(|s| s.end <= from);
         }
@@ -306,25 +330,175 @@ impl Engine {
     }
 }
 
+/// Shortest line of wrapped base64 that waits for the next line (`base64` wraps at 76 columns,
+/// PEM-style tools at 64).
+const WRAP_MIN: usize = 40;
+
+impl Engine {
+    /// Where the last line of `text` starts, when it must wait for the next line: a line of
+    /// wrapped base64 (nothing else after its indentation, at least [`WRAP_MIN`] characters)
+    /// that ends with the start of a held value's base64 core, which the next line may go on.
+    pub(super) fn wrap_from(&self, text: &[u8]) -> Option<usize> {
+        let body = text.strip_suffix(b"\n")?;
+        let body = body.strip_suffix(b"\r").unwrap_or(body);
+        let start = memchr::memrchr(b'\n', body).map_or(0, |i| i + 1);
+        let content = body.get(start..)?.trim_ascii_start();
+        if content.len() < WRAP_MIN || !content.iter().all(|&b| rules::is_base64(b)) {
+            return None;
+        }
+        let continues = self.held.iter().any(|p| match &p.encoding {
+            Encoding::Base64Half { core, offset: 0 } => {
+                (1..core.len()).any(|k| core.get(..k).is_some_and(|head| content.ends_with(head)))
+            }
+            _ => false,
+        });
+        continues.then_some(start)
+    }
+}
+
+/// What the rest of a held value's base64 core does around a half of it.
+enum Across {
+    /// It continues across one line break: the core spans `from..to`.
+    Found { from: usize, to: usize },
+    /// It does not (or not across a single break).
+    NotFound,
+    /// The text ends before it could be decided.
+    Cut,
+}
+
+/// Half of a held value's base64 core matched at `start` (`offset` bytes into `core`): its
+/// base64 run is redacted, and when the rest of the core lies across one line break (an encoding
+/// wrapped in the middle), the run on the other side of the break too, line by line. A core that
+/// reaches into the last line held back for wrapping (`wrap_hold`) moves the hold back to its
+/// start: the two lines are decided together.
+fn wrapped(
+    scan: &mut Scan<'_>,
+    core: &[u8],
+    offset: usize,
+    start: usize,
+    wrap_hold: &mut Option<usize>,
+) -> Outcome {
+    let (from, to) = match across(scan, core, offset, start) {
+        Across::NotFound => return held(scan, &Encoding::Base64Core, start, start + 1),
+        Across::Cut => return Outcome::NeedMore(base64_run_start(scan, start)),
+        Across::Found { from, to } => {
+            (base64_run_start(scan, from), scan.run(to, rules::is_base64))
+        }
+    };
+    if scan.cut(to) {
+        return Outcome::NeedMore(from);
+    }
+    if let Some(hold) = wrap_hold
+        && from < *hold
+        && to > *hold
+    {
+        *hold = from;
+    }
+    let mut piece = from;
+    while piece < to {
+        let piece_end = scan.run(piece, |b| !rules::is_space(b)).min(to);
+        scan.spans.push(Span {
+            start: piece,
+            end: piece_end,
+            kind: "held-secret",
+        });
+        piece = scan.run(piece_end, rules::is_space).min(to);
+    }
+    Outcome::Consumed(to)
+}
+
+/// Follows `core` backwards and forwards from its byte `offset` at `start`, letting one line
+/// break (a newline, perhaps after a carriage return, perhaps followed by indentation) interrupt it.
+fn across(scan: &Scan<'_>, core: &[u8], offset: usize, start: usize) -> Across {
+    let mut broken = false;
+    let mut i = start;
+    for &want in core.get(..offset).unwrap_or_default().iter().rev() {
+        if scan.before(i) != Some(want) {
+            let Some(j) = (!broken).then(|| break_before(scan, i)).flatten() else {
+                return Across::NotFound;
+            };
+            broken = true;
+            i = j;
+            if scan.before(i) != Some(want) {
+                return Across::NotFound;
+            }
+        }
+        i -= 1;
+    }
+    let mut j = start;
+    for &want in core.get(offset..).unwrap_or_default() {
+        if scan.at(j) != Some(want) {
+            if scan.cut(j) {
+                return Across::Cut;
+            }
+            let Some(k) = (!broken).then(|| break_after(scan, j)).flatten() else {
+                return Across::NotFound;
+            };
+            broken = true;
+            j = k;
+            if scan.at(j) != Some(want) {
+                return if scan.cut(j) {
+                    Across::Cut
+                } else {
+                    Across::NotFound
+                };
+            }
+        }
+        j += 1;
+    }
+    if broken {
+        Across::Found { from: i, to: j }
+    } else {
+        Across::NotFound
+    }
+}
+
+/// The end of the line before a line break that ends at `i` (indentation, `\n`, `\r`).
+fn break_before(scan: &Scan<'_>, i: usize) -> Option<usize> {
+    let mut k = i;
+    while matches!(scan.before(k), Some(b' ' | b'\t')) {
+        k -= 1;
+    }
+    if scan.before(k) != Some(b'\n') {
+        return None;
+    }
+    k -= 1;
+    if scan.before(k) == Some(b'\r') {
+        k -= 1;
+    }
+    Some(k)
+}
+
+/// Where the next line's text starts after a line break at `j`; at the end of open text, the
+/// end (so the caller sees a cut).
+fn break_after(scan: &Scan<'_>, j: usize) -> Option<usize> {
+    let mut k = j;
+    if scan.at(k) == Some(b'\r') {
+        k += 1;
+    }
+    if scan.cut(k) {
+        return Some(k);
+    }
+    if scan.at(k) != Some(b'\n') {
+        return None;
+    }
+    Some(scan.run(k + 1, |b| b == b' ' || b == b'\t'))
+}
+
+fn base64_run_start(scan: &Scan<'_>, mut from: usize) -> usize {
+    while from > 0 && scan.before(from).is_some_and(rules::is_base64) {
+        from -= 1;
+    }
+    from
+}
+
 /// A held value's pattern matched: redact it, and for a base64 core the whole base64 run.
-fn held(scan: &mut Scan<'_>, encoding: Encoding, start: usize, end: usize) -> Outcome {
+fn held(scan: &mut Scan<'_>, encoding: &Encoding, start: usize, end: usize) -> Outcome {
     let (from, to) = match encoding {
         Encoding::Exact => (start, end),
-        Encoding::Base64Core => {
-            let mut from = start;
-            while scan
-                .text
-                .get(from.wrapping_sub(1))
-                .copied()
-                .is_some_and(rules::is_base64)
-                && from > 0
-            {
-                from -= 1;
-            }
-            let mut to = end;
-            while scan.text.get(to).copied().is_some_and(rules::is_base64) {
-                to += 1;
-            }
+        Encoding::Base64Core | Encoding::Base64Half { .. } => {
+            let from = base64_run_start(scan, start);
+            let to = scan.run(end, rules::is_base64);
             if scan.open && to >= scan.text.len() {
                 return Outcome::NeedMore(from);
             }

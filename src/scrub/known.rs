@@ -7,15 +7,24 @@ use base64::engine::general_purpose::STANDARD;
 use zeroize::Zeroizing;
 
 /// How a held secret's pattern relates to the value.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone)]
 pub(super) enum Encoding {
     /// The bytes themselves, percent-encoded or JSON-escaped: the match is the secret.
     Exact,
     /// The stable middle of its base64 encoding at one alignment: redact the whole base64 run.
     Base64Core,
+    /// The first or the second half of a base64 core, `offset` bytes into `core`. A line wrap
+    /// (`base64` wraps at 76 columns, PEM-style tools at 64) can split the core anywhere, and
+    /// whichever side of one break is longer holds one half whole: the half finds the core, and
+    /// the rest of it is looked for across the break.
+    Base64Half {
+        core: Zeroizing<Vec<u8>>,
+        offset: usize,
+    },
 }
 
 /// One pattern derived from a held secret.
+#[derive(Clone)]
 pub(super) struct HeldPattern {
     pub(super) bytes: Zeroizing<Vec<u8>>,
     pub(super) encoding: Encoding,
@@ -42,6 +51,19 @@ pub(super) fn patterns(value: &[u8]) -> Vec<HeldPattern> {
     push(json_escape(value), Encoding::Exact);
     for align in 0..3 {
         for core in base64_cores(value, align) {
+            if core.len() >= 2 * MIN_CORE {
+                let half = core.len().div_ceil(2);
+                for offset in [0, core.len() - half] {
+                    let bytes = core.get(offset..offset + half).unwrap_or_default();
+                    push(
+                        Zeroizing::new(bytes.to_vec()),
+                        Encoding::Base64Half {
+                            core: core.clone(),
+                            offset,
+                        },
+                    );
+                }
+            }
             if core.len() >= MIN_CORE {
                 push(core, Encoding::Base64Core);
             }

@@ -107,6 +107,22 @@ impl ScrubStream {
                 let block = window.get(..=newline).unwrap_or_default();
                 let skip = self.leading_carry(block, out);
                 let body = block.get(skip..).unwrap_or_default();
+                // A last line of wrapped base64 may wait for the next line (`End::Line`).
+                let mut pem = self.pem;
+                let mut decided = Vec::new();
+                let result = engine.redact(body, End::Line, &mut pem, &mut decided);
+                if result.consumed > 0 {
+                    out.extend_from_slice(&decided);
+                    self.pem = pem;
+                    pos += skip + result.consumed;
+                    continue;
+                }
+                // All of the block waits: for more input, unless the next line is here already
+                // and only the block's size kept it out (a pair of lines over [`BLOCK`]).
+                let after = rest.get(newline + 1..).unwrap_or_default();
+                if body.is_empty() || memchr::memchr(b'\n', after).is_none() {
+                    return pos + skip;
+                }
                 engine.redact(body, End::Hard, &mut self.pem, out);
                 pos += newline + 1;
             } else if rest.len() >= BLOCK {

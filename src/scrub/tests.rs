@@ -654,3 +654,95 @@ fn a_long_line_cut_inside_a_quoted_password_redacts_all_of_it() {
         );
     }
 }
+
+/// `payload` in base64, wrapped at `width` columns after `indent`, with `eol` line ends.
+fn wrapped_base64(payload: &[u8], width: usize, indent: &str, eol: &str) -> Vec<String> {
+    let encoded = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, payload);
+    encoded
+        .as_bytes()
+        .chunks(width)
+        .map(|line| format!("{indent}{}{eol}", String::from_utf8_lossy(line)))
+        .collect()
+}
+
+#[test]
+fn a_held_secret_in_wrapped_base64_is_redacted_on_both_lines() {
+    let value = "Cn4ry-h3ld-S3cr3t-v4lue+/=";
+    let scrubber = Scrubber::new();
+    scrubber
+        .register("canary", &SecretString::from(value))
+        .unwrap();
+    let filler: Vec<u8> = (0u32..200).map(|i| (i * 37 % 251) as u8).collect();
+    for (width, indent, eol) in [(76, "", "\n"), (64, "    ", "\n"), (76, "", "\r\n")] {
+        // Every offset of the value against the wrap, so the break falls at every place in it.
+        for at in 0..width {
+            let mut payload = filler[..at + 40].to_vec();
+            payload.extend_from_slice(value.as_bytes());
+            payload.extend_from_slice(&filler[..50]);
+            let lines = wrapped_base64(&payload, width, indent, eol);
+            let text = format!("$ base64 key\n{}$ done\n", lines.concat());
+            // The base64 characters that encode the value alone (as `known::base64_cores`).
+            let p = at + 40;
+            let lead = [0, 2, 3][p % 3];
+            let core = (p / 3 * 4 + lead)..(p / 3 * 4 + (p % 3 + value.len()) / 3 * 4);
+            let expected: String = std::iter::once("$ base64 key\n".to_owned())
+                .chain(lines.iter().enumerate().map(|(i, line)| {
+                    let chars = (i * width)..((i + 1) * width);
+                    if chars.start < core.end && core.start < chars.end {
+                        format!("{indent}[redacted:held-secret]{eol}")
+                    } else {
+                        line.clone()
+                    }
+                }))
+                .chain(std::iter::once("$ done\n".to_owned()))
+                .collect();
+            let case = format!("width {width}, indent {indent:?}, eol {eol:?}, offset {at}");
+            assert_eq!(scrubber.scrub(&text), expected, "{case}, one write");
+            for size in [1, 7, 80] {
+                let mut stream = scrubber.stream();
+                let mut out = Vec::new();
+                for chunk in text.as_bytes().chunks(size) {
+                    stream.write(chunk, &mut out);
+                }
+                stream.finish(&mut out);
+                assert_eq!(
+                    String::from_utf8_lossy(&out),
+                    expected,
+                    "{case}, {size}-byte writes"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_pause_after_a_wrapped_line_releases_nothing_of_the_held_secret() {
+    let value = "Cn4ry-h3ld-S3cr3t-v4lue+/=";
+    let scrubber = Scrubber::new();
+    scrubber
+        .register("canary", &SecretString::from(value))
+        .unwrap();
+    // The value's encoding starts 10 characters before the end of the first 76-column line.
+    let mut payload = vec![b'x'; 54];
+    payload.extend_from_slice(value.as_bytes());
+    payload.extend_from_slice(&[b'y'; 30]);
+    let lines = wrapped_base64(&payload, 76, "", "\n");
+    let mut stream = scrubber.stream();
+    let mut out = Vec::new();
+    stream.write(lines[0].as_bytes(), &mut out);
+    stream.flush_idle(&mut out);
+    assert!(out.is_empty(), "released before the next line: {out:?}");
+    stream.write(lines[1].as_bytes(), &mut out);
+    stream.finish(&mut out);
+    assert_eq!(
+        String::from_utf8_lossy(&out),
+        "[redacted:held-secret]\n[redacted:held-secret]\n"
+    );
+    // Wrapped base64 that holds no held value goes out at the pause.
+    let lines = wrapped_base64(&[b'z'; 200], 76, "", "\n");
+    let mut stream = scrubber.stream();
+    let mut out = Vec::new();
+    stream.write(lines[0].as_bytes(), &mut out);
+    stream.flush_idle(&mut out);
+    assert_eq!(String::from_utf8_lossy(&out), lines[0]);
+}

@@ -321,16 +321,16 @@ pub(super) fn is_space(b: u8) -> bool {
 }
 
 impl Scan<'_> {
-    fn at(&self, i: usize) -> Option<u8> {
+    pub(super) fn at(&self, i: usize) -> Option<u8> {
         self.text.get(i).copied()
     }
 
-    fn before(&self, i: usize) -> Option<u8> {
+    pub(super) fn before(&self, i: usize) -> Option<u8> {
         i.checked_sub(1).and_then(|j| self.at(j))
     }
 
     /// Index of the first byte at or after `i` that does not satisfy `keep`.
-    fn run(&self, mut i: usize, keep: impl Fn(u8) -> bool) -> usize {
+    pub(super) fn run(&self, mut i: usize, keep: impl Fn(u8) -> bool) -> usize {
         while self.at(i).is_some_and(&keep) {
             i += 1;
         }
@@ -350,7 +350,7 @@ impl Scan<'_> {
     }
 
     /// True when a run that stopped at `i` was cut by the end of open text.
-    fn cut(&self, i: usize) -> bool {
+    pub(super) fn cut(&self, i: usize) -> bool {
         self.open && i >= self.text.len()
     }
 
