@@ -1,8 +1,10 @@
 //! Policy benchmarks (criterion): the decision for a 200-grant policy, against the same request
-//! on a 1-grant policy measured in the same run, and loading + checking 1,000 generated files.
+//! on a 1-grant policy measured in the same run; loading + checking 1,000 generated files; and
+//! `policy diff` between two 200-grant policies, against loading one of them in the same run.
 //!
 //! Run: `cargo bench --bench policy`. Targets (issue 3): decision median ≤ 5 µs for 200 grants;
-//! `policy check` over 1,000 files ≤ 1 s. Figures in docs/benchmarks.md.
+//! `policy check` over 1,000 files ≤ 1 s; (issue 23) `policy diff` of two 200-grant policies
+//! < 1 s. Figures in docs/benchmarks.md.
 
 #![allow(
     clippy::unwrap_used,
@@ -114,5 +116,35 @@ fn check(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, decision, check);
+fn diff(c: &mut Criterion) {
+    let text = policy_text(200);
+    let old = load(text.clone());
+    // Every grant's TASK_ID widened, its concurrency raised, one host more for half of them.
+    let changed = text
+        .replace("[A-Z]{2,8}-[0-9]{1,6}", "[A-Z0-9]{2,8}-[0-9]{1,6}")
+        .replace("max_concurrent = 4", "max_concurrent = 5")
+        .replace("hosts = [\"host1\",", "hosts = [\"host1\", \"host99\",");
+    let new = load(changed);
+    let report = policy::diff::diff(&old, &new);
+    assert!(
+        report.widens() && report.findings.len() >= 400,
+        "{}",
+        report.findings.len()
+    );
+    assert!(policy::diff::diff(&old, &old).findings.is_empty());
+    let mut group = c.benchmark_group("diff");
+    group.sample_size(10);
+    group.bench_function("200 grants, every grant changed", |b| {
+        b.iter(|| policy::diff::diff(black_box(&old), black_box(&new)))
+    });
+    group.bench_function("200 grants, identical", |b| {
+        b.iter(|| policy::diff::diff(black_box(&old), black_box(&old)))
+    });
+    group.bench_function("load one 200-grant policy (baseline)", |b| {
+        b.iter(|| load(black_box(text.clone())))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, decision, check, diff);
 criterion_main!(benches);

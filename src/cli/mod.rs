@@ -11,6 +11,7 @@ mod key;
 mod local;
 mod output;
 mod policy;
+mod policy_diff;
 mod run;
 mod sandbox;
 mod scrub;
@@ -83,7 +84,7 @@ pub enum Command {
     /// Secret commands (values are never printed).
     #[command(subcommand)]
     Secret(SecretCommand),
-    /// Spawn policy: check, explain, test, schema.
+    /// Spawn policy: check, explain, test, diff, schema.
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
     /// Broker: least-privilege grants and the contract suite.

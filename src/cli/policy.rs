@@ -1,4 +1,4 @@
-//! `fleetd policy check | explain | test | schema`: for security reviewers and CI.
+//! `fleetd policy check | explain | test | diff | schema`: for security reviewers and CI.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Subcommand, ValueEnum};
 
+use super::policy_diff::{self, DiffFormat};
 use super::{Output, exit};
 use crate::config::Config;
 use crate::policy::{
@@ -42,6 +43,22 @@ pub enum PolicyCommand {
         /// The directory (default: the configured policy directory).
         dir: Option<PathBuf>,
     },
+    /// What a policy change grants, by origin and profile (exit 0 nothing widens, 1 something
+    /// widens, 3 a side is invalid, 2 a side cannot be read).
+    Diff {
+        /// The old policy directory; with `--git`, the policy directory (default: `policy` in the
+        /// current directory when there is one, else the configured one).
+        old: Option<PathBuf>,
+        /// The new policy directory.
+        new: Option<PathBuf>,
+        /// Compare the policy directory at two revisions: `REV..REV`, or `REV` against the work
+        /// tree; alone, the merge base with the default branch against the work tree.
+        #[arg(long, value_name = "REV[..REV]", num_args = 0..=1, default_missing_value = "")]
+        git: Option<String>,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = DiffFormat::Text)]
+        format: DiffFormat,
+    },
     /// Print the JSON Schema of a policy file.
     Schema,
 }
@@ -74,6 +91,19 @@ pub(super) fn run(command: &PolicyCommand, config: Option<&Path>, out: &Output) 
             explain(dir, request, usage.as_deref(), out)
         }),
         PolicyCommand::Test { dir } => with_dir(dir.as_deref(), config, out, |dir| test(dir, out)),
+        PolicyCommand::Diff {
+            old,
+            new,
+            git,
+            format,
+        } => diff(
+            old.as_deref(),
+            new.as_deref(),
+            git.as_deref(),
+            *format,
+            config,
+            out,
+        ),
         PolicyCommand::Schema => {
             out.line(&pretty(&policy::json_schema()));
             exit::code(exit::OK)
@@ -95,6 +125,33 @@ fn with_dir(
         Ok(config) => f(&config.paths.policy),
         Err(error) => {
             out.error(&error);
+            exit::code(exit::USAGE)
+        }
+    }
+}
+
+fn diff(
+    old: Option<&Path>,
+    new: Option<&Path>,
+    git: Option<&str>,
+    format: DiffFormat,
+    config: Option<&Path>,
+    out: &Output,
+) -> ExitCode {
+    match (git, old, new) {
+        (None, Some(old), Some(new)) => policy_diff::run_dirs(old, new, format, out),
+        (Some(range), dir, None) => {
+            // In a repository the policy is usually `policy/` beside the caller (as shipped).
+            let here = PathBuf::from("policy");
+            let dir = match dir {
+                Some(dir) => dir.to_owned(),
+                None if here.is_dir() => here,
+                None => Config::load(config).map(|c| c.paths.policy).unwrap_or(here),
+            };
+            policy_diff::run_git(&dir, range, format, out)
+        }
+        _ => {
+            out.note("error: `policy diff` takes OLD NEW, or --git [REV[..REV]] [DIR]");
             exit::code(exit::USAGE)
         }
     }

@@ -8,7 +8,9 @@
 //! Imports: `scrub` (its detector refuses literal secrets in policy values).
 
 mod diag;
+pub mod diff;
 mod eval;
+mod lang;
 mod message;
 mod model;
 mod names;
