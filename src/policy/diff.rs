@@ -478,6 +478,9 @@ impl Languages {
             (old.source.clone(), old.max_len),
             (new.source.clone(), new.max_len),
         );
+        if key.0 == key.1 {
+            return Ok(Change::Same);
+        }
         if let Some(known) = self.compared.get(&key) {
             return known.clone();
         }
