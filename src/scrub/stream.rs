@@ -56,6 +56,15 @@ impl ScrubStream {
 
     /// Takes more input; appends to `out` whatever can be decided already.
     pub fn write(&mut self, input: &[u8], out: &mut Vec<u8>) {
+        // Nothing new can be decided until a newline arrives or a block fills: small writes into
+        // a long line cost their own length, not another look at everything pending.
+        if !self.pending.is_empty()
+            && self.pending.len() + input.len() < BLOCK
+            && memchr::memchr(b'\n', input).is_none()
+        {
+            self.pending.extend_from_slice(input);
+            return;
+        }
         let engine = self.scrubber.snapshot();
         if self.pending.is_empty() {
             let used = self.drain(&engine, input, out);
