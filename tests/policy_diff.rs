@@ -110,7 +110,14 @@ fn directories_in_every_format_with_exit_codes() {
             .ends_with("new/policy/10-grants.toml"),
         "{location}"
     );
-    assert!(location["region"]["startLine"].as_u64().unwrap() > 1);
+    // At the changed pattern's line.
+    let line = std::fs::read_to_string("policy/10-grants.toml")
+        .unwrap()
+        .lines()
+        .position(|l| l.starts_with("pattern = \"[A-Z][A-Z0-9]"))
+        .unwrap()
+        + 1;
+    assert_eq!(location["region"]["startLine"], line);
 
     // The other way round nothing widens; the same directory twice has nothing at all.
     let reverse = fleetd(

@@ -650,7 +650,12 @@ fn grant_findings(
     let by = subject_grant
         .map(|g| format!(" (grant `{}`)", g.id))
         .unwrap_or_default();
+    // A variable's finding points at its pattern in NEW; the others at the grant.
     let mut push = |direction: Direction, subject: Subject, message: String, example| {
+        let at = match &subject {
+            Subject::Variable(name) => new_vars.get(name.as_str()).map(|r| r.location.clone()),
+            _ => None,
+        };
         out.push(Finding {
             direction,
             scope: scope.clone(),
@@ -659,7 +664,7 @@ fn grant_findings(
             rules: rules.clone(),
             example,
             holders: Vec::new(),
-            location: location.clone(),
+            location: at.or_else(|| location.clone()),
         });
     };
     let names: BTreeSet<&str> = old_vars.keys().chain(new_vars.keys()).copied().collect();

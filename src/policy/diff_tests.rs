@@ -110,6 +110,11 @@ fn a_new_grant_newly_allows_its_pairs_with_what_it_lets_requests_set() {
         "the grant's id"
     );
     assert_eq!(report.findings[1].example.as_deref(), Some("a"));
+    assert_eq!(
+        report.findings[1].location.as_ref().map(|l| l.line),
+        Some(11),
+        "a variable's finding points at its pattern"
+    );
     assert!(report.widens());
     // And taking it away again narrows the same pairs.
     let report = diff_of(&[PROFILES, GRANT], &[PROFILES]);

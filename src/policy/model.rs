@@ -108,6 +108,8 @@ pub struct EnvRule {
     pub source: String,
     /// Longest value in bytes.
     pub max_len: usize,
+    /// Where its pattern is written.
+    pub location: Location,
 }
 
 /// Requests allowed per window.

@@ -327,6 +327,7 @@ impl Ctx<'_> {
                 });
                 match (compiled, pattern, max_len) {
                     (Some(regex), Some((source, span)), Some(max_len)) => {
+                        let location = self.location(&span);
                         if names::matches_anything(&regex) {
                             self.push(
                                 self.diag(
@@ -344,6 +345,7 @@ impl Ctx<'_> {
                                 pattern: regex,
                                 source,
                                 max_len: usize::try_from(max_len).unwrap_or(0),
+                                location,
                             },
                         );
                     }
