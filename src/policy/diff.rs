@@ -485,7 +485,7 @@ impl Languages {
             return known.clone();
         }
         let result = match (&*self.get(old), &*self.get(new)) {
-            (Ok(a), Ok(b)) => Ok(lang::compare(a, b)),
+            (Ok(a), Ok(b)) => lang::compare(a, b).map_err(|e| e.to_string()),
             (Err(e), _) | (_, Err(e)) => Err(e.to_string()),
         };
         self.compared.insert(key, result.clone());
@@ -494,7 +494,7 @@ impl Languages {
 
     fn example(&mut self, rule: &EnvRule) -> Option<String> {
         match &*self.get(rule) {
-            Ok(language) => language.example(),
+            Ok(language) => language.example().ok().flatten(),
             Err(_) => None,
         }
     }
