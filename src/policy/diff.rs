@@ -458,7 +458,7 @@ type Values = (String, usize);
 #[derive(Default)]
 struct Languages {
     built: HashMap<Values, Rc<Result<Language, LanguageError>>>,
-    compared: HashMap<(Values, Values), Result<Change, String>>,
+    compared: HashMap<(Values, Values), Result<Change, LanguageError>>,
 }
 
 impl Languages {
@@ -473,7 +473,7 @@ impl Languages {
 
     /// How the values of `old` compare with those of `new`; an uncomparable pattern counts as
     /// changed (fail closed), with the reason.
-    fn compare(&mut self, old: &EnvRule, new: &EnvRule) -> Result<Change, String> {
+    fn compare(&mut self, old: &EnvRule, new: &EnvRule) -> Result<Change, LanguageError> {
         let key = (
             (old.source.clone(), old.max_len),
             (new.source.clone(), new.max_len),
@@ -485,8 +485,8 @@ impl Languages {
             return known.clone();
         }
         let result = match (&*self.get(old), &*self.get(new)) {
-            (Ok(a), Ok(b)) => lang::compare(a, b).map_err(|e| e.to_string()),
-            (Err(e), _) | (_, Err(e)) => Err(e.to_string()),
+            (Ok(a), Ok(b)) => lang::compare(a, b),
+            (Err(e), _) | (_, Err(e)) => Err(e.clone()),
         };
         self.compared.insert(key, result.clone());
         result
