@@ -305,12 +305,7 @@ impl Engine {
         let held_from = self
             .held
             .iter()
-            .filter_map(|h| {
-                (1..h.bytes.len().min(text.len() + 1))
-                    .rev()
-                    .find(|&k| h.bytes.get(..k).is_some_and(|head| text.ends_with(head)))
-                    .map(|k| text.len() - k)
-            })
+            .filter_map(|h| ends_with_start_of(text, &h.bytes).map(|k| text.len() - k))
             .min();
         let word = text.get(word_start..).unwrap_or_default();
         let word_live = !word.is_empty()
@@ -319,15 +314,20 @@ impl Engine {
                     .iter()
                     .map(|p| p.prefix.as_bytes())
                     .chain(rules::OTHER_TRIGGERS.iter().map(|(t, _)| t.as_bytes()))
-                    .any(|pattern| {
-                        (1..pattern.len().min(word.len() + 1))
-                            .any(|k| pattern.get(..k).is_some_and(|head| word.ends_with(head)))
-                    }));
+                    .any(|pattern| ends_with_start_of(word, pattern).is_some()));
         match (word_live.then_some(word_start), held_from) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
     }
+}
+
+/// The length of the longest proper prefix of `pattern` that `text` ends with, if any: where a
+/// match of `pattern` could be starting at the end of `text`.
+fn ends_with_start_of(text: &[u8], pattern: &[u8]) -> Option<usize> {
+    (1..pattern.len().min(text.len() + 1))
+        .rev()
+        .find(|&k| pattern.get(..k).is_some_and(|head| text.ends_with(head)))
 }
 
 /// Shortest line of wrapped base64 that waits for the next line (`base64` wraps at 76 columns,
@@ -347,9 +347,7 @@ impl Engine {
             return None;
         }
         let continues = self.held.iter().any(|p| match &p.encoding {
-            Encoding::Base64Half { core, offset: 0 } => {
-                (1..core.len()).any(|k| core.get(..k).is_some_and(|head| content.ends_with(head)))
-            }
+            Encoding::Base64Half { core, offset: 0 } => ends_with_start_of(content, core).is_some(),
             _ => false,
         });
         continues.then_some(start)

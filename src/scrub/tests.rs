@@ -13,6 +13,13 @@ fn tok(prefix: &str, body_len: usize) -> String {
     format!("{prefix}{body}")
 }
 
+/// A scrubber holding `value` under `name`.
+fn holding(name: &str, value: &str) -> Scrubber {
+    let scrubber = Scrubber::new();
+    scrubber.register(name, &SecretString::from(value)).unwrap();
+    scrubber
+}
+
 fn scrubbed(input: &str) -> String {
     Scrubber::new().scrub(input)
 }
@@ -224,11 +231,8 @@ fn escape_sequences_do_not_hide_tokens() {
 
 #[test]
 fn held_secrets_are_redacted_with_their_encodings() {
-    let scrubber = Scrubber::new();
     let value = "pl41n-Passphrase/with+symbols\"";
-    scrubber
-        .register("canary", &SecretString::from(value))
-        .unwrap();
+    let scrubber = holding("canary", value);
     let b64 = |s: &str| base64::Engine::encode(&base64::engine::general_purpose::STANDARD, s);
     let inputs = [
         format!("x {value} y"),
@@ -274,10 +278,7 @@ fn hex(value: &str, upper: bool) -> String {
 
 #[test]
 fn a_held_secret_with_spaces_is_found_form_encoded() {
-    let scrubber = Scrubber::new();
-    scrubber
-        .register("phrase", &SecretString::from("correct horse battery"))
-        .unwrap();
+    let scrubber = holding("phrase", "correct horse battery");
     for input in [
         "q=correct+horse+battery&x=1",
         "q=correct%20horse%20battery",
@@ -598,13 +599,7 @@ fn aws_console_credentials_csv_and_cookies() {
 
 #[test]
 fn a_pause_mid_passphrase_releases_nothing_of_it() {
-    let scrubber = Scrubber::new();
-    scrubber
-        .register(
-            "phrase",
-            &SecretString::from("correct horse battery staple"),
-        )
-        .unwrap();
+    let scrubber = holding("phrase", "correct horse battery staple");
     let mut stream = scrubber.stream();
     let mut out = Vec::new();
     stream.write(b"say correct horse", &mut out);
@@ -668,10 +663,7 @@ fn wrapped_base64(payload: &[u8], width: usize, indent: &str, eol: &str) -> Vec<
 #[test]
 fn a_held_secret_in_wrapped_base64_is_redacted_on_both_lines() {
     let value = "Cn4ry-h3ld-S3cr3t-v4lue+/=";
-    let scrubber = Scrubber::new();
-    scrubber
-        .register("canary", &SecretString::from(value))
-        .unwrap();
+    let scrubber = holding("canary", value);
     let filler: Vec<u8> = (0u32..200).map(|i| (i * 37 % 251) as u8).collect();
     for (width, indent, eol) in [(76, "", "\n"), (64, "    ", "\n"), (76, "", "\r\n")] {
         // Every offset of the value against the wrap, so the break falls at every place in it.
@@ -718,10 +710,7 @@ fn a_held_secret_in_wrapped_base64_is_redacted_on_both_lines() {
 #[test]
 fn a_pause_after_a_wrapped_line_releases_nothing_of_the_held_secret() {
     let value = "Cn4ry-h3ld-S3cr3t-v4lue+/=";
-    let scrubber = Scrubber::new();
-    scrubber
-        .register("canary", &SecretString::from(value))
-        .unwrap();
+    let scrubber = holding("canary", value);
     // The value's encoding starts 10 characters before the end of the first 76-column line.
     let mut payload = vec![b'x'; 54];
     payload.extend_from_slice(value.as_bytes());
