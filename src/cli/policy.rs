@@ -209,8 +209,8 @@ fn summary(dir: &Path, set: Option<&PolicySet>, diagnostics: &[Diagnostic]) -> S
     }
 }
 
-/// Loads the policy for explain/test: invalid → diagnostics on stderr and exit 3.
-fn load_valid(dir: &Path, out: &Output) -> Result<PolicySet, ExitCode> {
+/// Loads the policy for explain/test/diff: invalid → diagnostics on stderr and exit 3.
+pub(super) fn load_valid(dir: &Path, out: &Output) -> Result<PolicySet, ExitCode> {
     match policy::load_dir(dir) {
         (Ok(set), _) => Ok(set),
         (Err(error @ policy::LoadError::Read { .. }), _) => {

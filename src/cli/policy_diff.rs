@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use super::{Output, exit};
 use crate::policy::diff::{Direction, Finding, Report, Subject};
-use crate::policy::{self, PolicySet, Severity};
+use crate::policy::{self, PolicySet};
 
 /// `policy diff` output formats.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -252,25 +252,13 @@ fn restrict(dir: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Loads one side; an invalid side prints its diagnostics.
+/// Loads one side; an invalid side prints its diagnostics and which side it is.
 fn load(side: &Side, out: &Output) -> Result<PolicySet, ExitCode> {
     if side.absent {
         return Ok(PolicySet::default());
     }
-    match policy::load_dir(&side.dir) {
-        (Ok(set), _) => Ok(set),
-        (Err(error @ policy::LoadError::Read { .. }), _) => {
-            out.error(&error);
-            Err(exit::code(exit::USAGE))
-        }
-        (Err(error), diagnostics) => {
-            for diagnostic in diagnostics.iter().filter(|d| d.severity == Severity::Error) {
-                out.note(&diagnostic.render());
-            }
-            out.note(&format!("error: {}: {error}", side.label));
-            Err(exit::code(exit::POLICY_INVALID))
-        }
-    }
+    super::policy::load_valid(&side.dir, out)
+        .inspect_err(|_| out.note(&format!("  in the policy of {}", side.label)))
 }
 
 fn compare(old: &Side, new: &Side, format: DiffFormat, out: &Output) -> ExitCode {
@@ -501,7 +489,7 @@ fn to_sarif(report: &Report) -> Value {
                 .iter()
                 .map(|l| {
                     json!({"physicalLocation": {
-                        "artifactLocation": {"uri": l.file.to_string_lossy().replace('\\', "/").replace(' ', "%20")},
+                        "artifactLocation": {"uri": policy::sarif_uri(&l.file)},
                         "region": {"startLine": l.line},
                     }})
                 })
@@ -520,17 +508,5 @@ fn to_sarif(report: &Report) -> Value {
             })
         })
         .collect();
-    json!({
-        "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
-        "version": "2.1.0",
-        "runs": [{
-            "tool": {"driver": {
-                "name": "fleetd policy diff",
-                "version": env!("CARGO_PKG_VERSION"),
-                "informationUri": "https://github.com/fleetd/fleetd/blob/main/docs/policy.md",
-                "rules": rules,
-            }},
-            "results": results,
-        }]
-    })
+    policy::sarif_log("fleetd policy diff", rules, results)
 }

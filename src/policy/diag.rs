@@ -202,12 +202,17 @@ pub fn to_sarif(diagnostics: &[Diagnostic]) -> Value {
             })
         })
         .collect();
+    sarif_log("fleetd", rules, results)
+}
+
+/// A SARIF 2.1.0 log of one run of the policy tool `name`, with its rules and results.
+pub fn sarif_log(name: &str, rules: Vec<Value>, results: Vec<Value>) -> Value {
     json!({
         "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
         "version": "2.1.0",
         "runs": [{
             "tool": {"driver": {
-                "name": "fleetd",
+                "name": name,
                 "version": env!("CARGO_PKG_VERSION"),
                 "informationUri": "https://github.com/fleetd/fleetd/blob/main/docs/policy.md",
                 "rules": rules,
@@ -218,8 +223,8 @@ pub fn to_sarif(diagnostics: &[Diagnostic]) -> Value {
     })
 }
 
-/// A relative path as a URI reference (forward slashes, spaces escaped).
-fn uri(path: &Path) -> String {
+/// A relative path as a SARIF URI reference (forward slashes, spaces escaped).
+pub fn uri(path: &Path) -> String {
     path.to_string_lossy()
         .replace('\\', "/")
         .replace(' ', "%20")

@@ -758,49 +758,34 @@ fn grant_findings(
         old.and_then(|g| g.max_concurrent),
         new.and_then(|g| g.max_concurrent),
     );
-    let raised = !limit_within(new_max, old_max) || (old.is_none() && new.is_some());
-    let lowered = !limit_within(old_max, new_max) || (new.is_none() && old.is_some());
-    if raised && direction.widens() && new.is_some() {
-        push(
-            Direction::Widened,
-            Subject::MaxConcurrent,
-            format!(
-                "max_concurrent {} → {}",
-                limit(old_max, old),
-                limit(new_max, new)
-            ),
-            None,
+    let more = new.is_some() && (old.is_none() || !limit_within(new_max, old_max));
+    let less = old.is_some() && (new.is_none() || !limit_within(old_max, new_max));
+    if let Some(moved) = limit_change(direction, more, less) {
+        let what = format!(
+            "max_concurrent {} → {}",
+            limit(old_max, old),
+            limit(new_max, new)
         );
-    } else if lowered && direction == Direction::Narrowed && old.is_some() {
-        push(
-            Direction::Narrowed,
-            Subject::MaxConcurrent,
-            format!(
-                "max_concurrent {} → {}",
-                limit(old_max, old),
-                limit(new_max, new)
-            ),
-            None,
-        );
+        push(moved, Subject::MaxConcurrent, what, None);
     }
     let (old_rate, new_rate) = (old.and_then(|g| g.rate), new.and_then(|g| g.rate));
-    let faster = !rate_within(new_rate, old_rate) || (old.is_none() && new.is_some());
-    let slower = !rate_within(old_rate, new_rate) || (new.is_none() && old.is_some());
-    let what = || format!("rate {} → {}", rate(old_rate, old), rate(new_rate, new));
-    if faster && direction.widens() && new.is_some() {
-        let direction = if slower && old.is_some() {
-            Direction::Changed
-        } else {
-            Direction::Widened
-        };
-        push(direction, Subject::Rate, what(), None);
-    } else if slower && direction == Direction::Narrowed && old.is_some() {
-        let direction = if faster && new.is_some() {
-            Direction::Changed
-        } else {
-            Direction::Narrowed
-        };
-        push(direction, Subject::Rate, what(), None);
+    let more = new.is_some() && (old.is_none() || !rate_within(new_rate, old_rate));
+    let less = old.is_some() && (new.is_none() || !rate_within(old_rate, new_rate));
+    if let Some(moved) = limit_change(direction, more, less) {
+        let what = format!("rate {} → {}", rate(old_rate, old), rate(new_rate, new));
+        push(moved, Subject::Rate, what, None);
+    }
+}
+
+/// How a limit that now allows `more` and/or `less` is reported in the pass for `pass`: the
+/// widening pass reports one that allows more, the narrowing pass one that allows less, and
+/// either one that does both as changed.
+fn limit_change(pass: Direction, more: bool, less: bool) -> Option<Direction> {
+    match (more, less) {
+        (true, true) => Some(Direction::Changed),
+        (true, false) if pass.widens() => Some(Direction::Widened),
+        (false, true) if !pass.widens() => Some(Direction::Narrowed),
+        _ => None,
     }
 }
 
