@@ -320,21 +320,7 @@ impl Engine {
             (a, b) => a.or(b),
         }
     }
-}
 
-/// The length of the longest proper prefix of `pattern` that `text` ends with, if any: where a
-/// match of `pattern` could be starting at the end of `text`.
-fn ends_with_start_of(text: &[u8], pattern: &[u8]) -> Option<usize> {
-    (1..pattern.len().min(text.len() + 1))
-        .rev()
-        .find(|&k| pattern.get(..k).is_some_and(|head| text.ends_with(head)))
-}
-
-/// Shortest line of wrapped base64 that waits for the next line (`base64` wraps at 76 columns,
-/// PEM-style tools at 64).
-const WRAP_MIN: usize = 40;
-
-impl Engine {
     /// Where the last line of `text` starts, when it must wait for the next line: a line of
     /// wrapped base64 (nothing else after its indentation, at least [`WRAP_MIN`] characters)
     /// that ends with the start of a held value's base64 core, which the next line may go on.
@@ -352,6 +338,18 @@ impl Engine {
         });
         continues.then_some(start)
     }
+}
+
+/// Shortest line of wrapped base64 that waits for the next line (`base64` wraps at 76 columns,
+/// PEM-style tools at 64).
+const WRAP_MIN: usize = 40;
+
+/// The length of the longest proper prefix of `pattern` that `text` ends with, if any: where a
+/// match of `pattern` could be starting at the end of `text`.
+fn ends_with_start_of(text: &[u8], pattern: &[u8]) -> Option<usize> {
+    (1..pattern.len().min(text.len() + 1))
+        .rev()
+        .find(|&k| pattern.get(..k).is_some_and(|head| text.ends_with(head)))
 }
 
 /// What the rest of a held value's base64 core does around a half of it.
@@ -378,10 +376,11 @@ fn wrapped(
 ) -> Outcome {
     let (from, to) = match across(scan, core, offset, start) {
         Across::NotFound => return held(scan, &Encoding::Base64Core, start, start + 1),
-        Across::Cut => return Outcome::NeedMore(base64_run_start(scan, start)),
-        Across::Found { from, to } => {
-            (base64_run_start(scan, from), scan.run(to, rules::is_base64))
-        }
+        Across::Cut => return Outcome::NeedMore(scan.run_back(start, rules::is_base64)),
+        Across::Found { from, to } => (
+            scan.run_back(from, rules::is_base64),
+            scan.run(to, rules::is_base64),
+        ),
     };
     if scan.cut(to) {
         return Outcome::NeedMore(from);
@@ -483,19 +482,12 @@ fn break_after(scan: &Scan<'_>, j: usize) -> Option<usize> {
     Some(scan.run(k + 1, |b| b == b' ' || b == b'\t'))
 }
 
-fn base64_run_start(scan: &Scan<'_>, mut from: usize) -> usize {
-    while from > 0 && scan.before(from).is_some_and(rules::is_base64) {
-        from -= 1;
-    }
-    from
-}
-
 /// A held value's pattern matched: redact it, and for a base64 core the whole base64 run.
 fn held(scan: &mut Scan<'_>, encoding: &Encoding, start: usize, end: usize) -> Outcome {
     let (from, to) = match encoding {
         Encoding::Exact => (start, end),
         Encoding::Base64Core | Encoding::Base64Half { .. } => {
-            let from = base64_run_start(scan, start);
+            let from = scan.run_back(start, rules::is_base64);
             let to = scan.run(end, rules::is_base64);
             if scan.open && to >= scan.text.len() {
                 return Outcome::NeedMore(from);

@@ -337,6 +337,14 @@ impl Scan<'_> {
         i
     }
 
+    /// Where the run of bytes satisfying `keep` that ends at `i` starts.
+    pub(super) fn run_back(&self, mut i: usize, keep: impl Fn(u8) -> bool) -> usize {
+        while self.before(i).is_some_and(&keep) {
+            i -= 1;
+        }
+        i
+    }
+
     /// Index of the start of the line containing `i` (after its preceding newline, or 0).
     pub(super) fn line_start(&self, i: usize) -> usize {
         let head = self.text.get(..i).unwrap_or_default();

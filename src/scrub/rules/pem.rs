@@ -148,10 +148,7 @@ pub(super) fn armour_body(line: &[u8]) -> bool {
 
 pub(super) fn pem_base64(scan: &mut Scan<'_>, start: usize) -> Outcome {
     const MAX_DECODE: usize = 16 * 1024;
-    let mut from = start;
-    while scan.before(from).is_some_and(is_base64) {
-        from -= 1;
-    }
+    let from = scan.run_back(start, is_base64);
     let to = scan.run(start, is_base64);
     if scan.cut(to) {
         return Outcome::NeedMore(from);
