@@ -201,12 +201,21 @@ max_instances = 1
 pattern = "^agent> ready"
 timeout_secs = 15
 
+[profile.plain]
+description = "The same agent, started without a label."
+argv = ["/bin/sh", "-c", '''{agent}''']
+roots = ["{work}"]
+max_instances = 1
+[profile.plain.ready]
+pattern = "^agent> ready"
+timeout_secs = 15
+
 [[grant]]
 id = "own"
 description = "This host's primary."
 fleets = ["{fleet}"]
 hosts = ["h1"]
-profiles = ["worker"]
+profiles = ["worker", "plain"]
 "#,
                 work = work.display()
             ),
@@ -291,5 +300,26 @@ profiles = ["worker"]
             .filter(|l| l.contains("got:[") && l.contains("second task"))
             .count();
         assert_eq!(typed, 1, "typed again after the restart: {shown}");
+
+        // Without a label, the agent is named after its profile and herdr's pane id (`w1:p2`
+        // holds a character a name may not: it becomes `w1-p2`), and is typed into.
+        let before = fleetd_panes(&server);
+        let (ok, reply) = host.spawn_cli(&["--profile", "plain", "--json"]);
+        assert!(ok, "{reply}");
+        let reply: serde_json::Value = serde_json::from_str(&reply).unwrap();
+        let name = reply["name"].as_str().unwrap_or_default();
+        assert!(name.starts_with("plain-") && !name.contains(':'), "{reply}");
+        let plain = reply["agent"].as_str().unwrap().to_owned();
+        let (hello, _) = host.send(&plain, &primary, "hello unlabelled");
+        host.wait_delivery(&hello, "delivered");
+        let other = fleetd_panes(&server)
+            .into_iter()
+            .find(|p| !before.contains(p))
+            .unwrap();
+        let shown = server.text(&other);
+        assert!(
+            shown.contains(&format!("msg {hello}] hello unlabelled]")),
+            "{shown}"
+        );
     }
 }

@@ -89,9 +89,17 @@ fn the_audit_event_table_matches_the_code() {
         }
         let source = std::fs::read_to_string(&path).unwrap();
         for literal in source.split('"').skip(1).step_by(2) {
-            let is_event = ["message.", "receipt.", "spawn.", "lead.", "api.", "agent."]
-                .iter()
-                .any(|prefix| literal.starts_with(prefix))
+            let is_event = [
+                "message.",
+                "receipt.",
+                "spawn.",
+                "lead.",
+                "api.",
+                "agent.",
+                "multiplexer.",
+            ]
+            .iter()
+            .any(|prefix| literal.starts_with(prefix))
                 && literal[literal.find('.').unwrap() + 1..]
                     .chars()
                     .all(|c| c.is_ascii_lowercase() || c == '_')

@@ -17,57 +17,12 @@
 
 mod common;
 
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
+use common::identities::{Host, as_user};
 use common::mcp::Session;
-use common::{BIN, eventually, held_with_text, raw_request, spawn_logged, terminate, wait_for};
-use serde_json::{Value, json};
-
-/// Two users, each with its own group, removed when dropped.
-struct Users {
-    names: Vec<String>,
-}
-
-impl Users {
-    fn create(names: &[&str]) -> Users {
-        let users = Users {
-            names: names.iter().map(|n| (*n).to_owned()).collect(),
-        };
-        for name in names {
-            let ok = Command::new("useradd")
-                .args(["-M", "-U", "-s", "/usr/sbin/nologin", name])
-                .status()
-                .is_ok_and(|s| s.success());
-            assert!(
-                ok,
-                "useradd {name} failed (needs root and the passwd package)"
-            );
-        }
-        users
-    }
-}
-
-impl Drop for Users {
-    fn drop(&mut self) {
-        for name in &self.names {
-            let _ = Command::new("pkill").args(["-KILL", "-u", name]).status();
-            let _ = Command::new("userdel").arg(name).status();
-        }
-    }
-}
-
-fn id_of(user: &str, flag: &str) -> u32 {
-    let out = Command::new("id").args([flag, user]).output().unwrap();
-    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
-}
-
-fn own(path: &Path, uid: u32, gid: u32, mode: u32) {
-    std::os::unix::fs::chown(path, Some(uid), Some(gid)).unwrap();
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
-}
+use common::{eventually, held_with_text};
+use serde_json::json;
 
 /// What the agent does when a message arrives: tries fleetd's files and the operator's API from
 /// inside its pane, writes what happened to `probe.txt`, then answers the sender with a bare
@@ -76,115 +31,33 @@ const PROBE: &str = r#"echo 'agent> ready'; while read -r line; do from=$(printf
 
 #[test]
 fn agents_under_the_login_user_cannot_reach_fleetds_files_or_authority() {
-    assert!(
-        rustix::process::geteuid().is_root(),
-        "this test creates two users and acts as each: it needs root"
+    let mut host = Host::new(
+        |paths| {
+            format!(
+                "[profile.worker]\ndescription = \"Probes what it can reach, then answers.\"\n\
+                 argv = [\"/bin/sh\", \"-c\", '''{PROBE}''']\nroots = [\"{work}\"]\nmax_instances = 2\n\
+                 env = {{ FLEETD_T_CRED = \"{cred}\", FLEETD_T_STATE = \"{state}\", FLEETD_T_OUT = \"{out}\" }}\n\
+                 [profile.worker.ready]\npattern = \"^agent> ready\"\ntimeout_secs = 15\n\n\
+                 [[grant]]\nid = \"local\"\ndescription = \"The operator runs workers.\"\n\
+                 fleets = [\"local\"]\nprofiles = [\"worker\"]\n",
+                work = paths.work.display(),
+                cred = paths.cred.display(),
+                state = paths.state.display(),
+                out = paths.out.display(),
+            )
+        },
+        "",
     );
-    let nonce = common::nonce() % 1_000_000_000;
-    let (fleetd_user, agent_user) = (format!("fd{nonce}"), format!("ag{nonce}"));
-    let _users = Users::create(&[&fleetd_user, &agent_user]);
-    let (fu, fg) = (id_of(&fleetd_user, "-u"), id_of(&fleetd_user, "-g"));
-    let (au, ag) = (id_of(&agent_user, "-u"), id_of(&agent_user, "-g"));
-
-    let root = tempfile::tempdir().unwrap();
-    let top = root.path();
-    std::fs::set_permissions(top, std::fs::Permissions::from_mode(0o755)).unwrap();
-    // fleetd's own: config, policy, credentials, state, runtime — its user's, 0700.
-    let home = top.join("fleetd");
-    let (cred, state, policy) = (
-        home.join("credentials"),
-        home.join("state"),
-        home.join("policy"),
+    let (au, ag) = (host.au, host.ag);
+    let (cred, state, out, socket) = (
+        host.paths.cred.clone(),
+        host.paths.state.clone(),
+        host.paths.out.clone(),
+        host.paths.socket.clone(),
     );
-    for dir in [&home, &cred, &state, &policy] {
-        std::fs::create_dir_all(dir).unwrap();
-    }
-    // The runtime directory is fleetd's too; with `socket_access = "all-users"` fleetd makes it
-    // traversable (0711) and the socket connectable: the kernel names every peer after.
-    let run = top.join("run");
-    // The login user's: its tmux socket directory, its work tree, where the probe writes.
-    let (tmux_dir, work, out) = (top.join("tmux"), top.join("work"), top.join("out"));
-    for dir in [&tmux_dir, &work, &out] {
-        std::fs::create_dir_all(dir).unwrap();
-        own(dir, au, ag, 0o755);
-    }
-    let bin_dir = top.join("bin");
-    std::fs::create_dir_all(&bin_dir).unwrap();
-    let bin = bin_dir.join("fleetd");
-    std::fs::copy(BIN, &bin).unwrap();
-    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let socket = tmux_dir.join("tmux");
+    let bin = host.paths.bin.clone();
+    let tmux = |args: &[&str]| host.tmux(args);
 
-    std::fs::write(
-        policy.join("00-worker.toml"),
-        format!(
-            "[profile.worker]\ndescription = \"Probes what it can reach, then answers.\"\n\
-             argv = [\"/bin/sh\", \"-c\", '''{PROBE}''']\nroots = [\"{work}\"]\nmax_instances = 2\n\
-             env = {{ FLEETD_T_CRED = \"{cred}\", FLEETD_T_STATE = \"{state}\", FLEETD_T_OUT = \"{out}\" }}\n\
-             [profile.worker.ready]\npattern = \"^agent> ready\"\ntimeout_secs = 15\n\n\
-             [[grant]]\nid = \"local\"\ndescription = \"The operator runs workers.\"\n\
-             fleets = [\"local\"]\nprofiles = [\"worker\"]\n",
-            work = work.display(),
-            cred = cred.display(),
-            state = state.display(),
-            out = out.display(),
-        ),
-    )
-    .unwrap();
-    let config = home.join("fleetd.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "host = \"h1\"\ntmux_socket = \"{}\"\n[paths]\npolicy = \"{}\"\nstate = \"{}\"\nruntime = \"{}\"\n\
-             [log]\nformat = \"json\"\n[api]\nsocket_access = \"all-users\"\n",
-            socket.display(),
-            policy.display(),
-            state.display(),
-            run.display()
-        ),
-    )
-    .unwrap();
-    std::fs::write(
-        cred.join("broker-uri"),
-        "amqp://f:canary-password@127.0.0.1/%2Ff",
-    )
-    .unwrap();
-    let keyed = Command::new(&bin)
-        .args(["key", "init", "--credential-file"])
-        .arg(cred.join("host-key"))
-        .env("HOME", &home)
-        .output()
-        .unwrap();
-    assert!(keyed.status.success(), "{keyed:?}");
-    for path in walk(&home) {
-        let mode = if path.is_dir() { 0o700 } else { 0o600 };
-        own(&path, fu, fg, mode);
-    }
-    std::fs::create_dir_all(&run).unwrap();
-    own(&run, fu, fg, 0o700);
-
-    // The login user's tmux server (its unit in production), opened to fleetd's user.
-    let tmux = |args: &[&str]| {
-        let mut command = as_user(au, ag, "tmux");
-        command
-            .arg("-S")
-            .arg(&socket)
-            .args(args)
-            .env_clear()
-            .env("HOME", &out)
-            // The login user's shell (useradd gave it nologin here).
-            .env("SHELL", "/bin/sh")
-            .env("PATH", format!("{}:/usr/bin:/bin", bin_dir.display()));
-        command.output().unwrap()
-    };
-    assert!(
-        tmux(&["new-session", "-d", "-s", "keep", "sleep 600"])
-            .status
-            .success()
-    );
-    let access = tmux(&["server-access", "-a", &fleetd_user]);
-    assert!(access.status.success(), "server-access: {access:?}");
-    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o666)).unwrap();
     // The socket is connectable by anyone; tmux's own list admits only its owner and fleetd's.
     let mut stranger = as_user(65534, 65534, "tmux");
     stranger
@@ -193,52 +66,25 @@ fn agents_under_the_login_user_cannot_reach_fleetds_files_or_authority() {
         .args(["new-window", "-d", "--", "sleep", "30"])
         .env_clear()
         .env("PATH", "/usr/bin:/bin");
-    let windows = |tmux: &dyn Fn(&[&str]) -> std::process::Output| {
+    let windows = || {
         String::from_utf8_lossy(&tmux(&["list-windows", "-a"]).stdout)
             .lines()
             .count()
     };
-    let before = windows(&tmux);
+    let before = windows();
     let refused = stranger.output().unwrap();
     assert!(
         String::from_utf8_lossy(&refused.stderr).contains("access not allowed"),
         "{refused:?}"
     );
-    assert_eq!(windows(&tmux), before, "another user opened a window");
+    assert_eq!(windows(), before, "another user opened a window");
 
     // fleetd under its own user.
-    let mut run_cmd = as_user(fu, fg, bin.to_str().unwrap());
-    run_cmd
-        .arg("--config")
-        .arg(&config)
-        .arg("run")
-        .env_clear()
-        .env("HOME", &home)
-        // tmux gives a window the PATH of the client that opened it: fleetd's.
-        .env("PATH", format!("{}:/usr/bin:/bin", bin_dir.display()))
-        .env("CREDENTIALS_DIRECTORY", &cred);
-    let (daemon, log) = spawn_logged(run_cmd);
-    let mut seen = String::new();
-    wait_for(&log, &mut seen, &["fleetd ready"], Duration::from_secs(20));
+    host.start();
+    let tmux = |args: &[&str]| host.tmux(args);
 
     // The operator (root here).
-    let operator = |args: &[&str]| {
-        let out = Command::new(&bin)
-            .arg("--config")
-            .arg(&config)
-            .args(args)
-            .env_remove("FLEETD_AGENT_TOKEN")
-            .env_remove("FLEETD_SOCKET")
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        assert!(
-            out.status.success(),
-            "fleetd {args:?}: {text}{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_str::<Value>(&text).unwrap_or(Value::String(text))
-    };
+    let operator = |args: &[&str]| host.operator(args);
     let primary = operator(&["agent", "open", "primary", "--json"])["id"]
         .as_str()
         .unwrap()
@@ -348,16 +194,79 @@ fn agents_under_the_login_user_cannot_reach_fleetds_files_or_authority() {
     assert_eq!(via_mcp["body"]["from"], worker.as_str(), "{via_mcp}");
     drop(session);
 
+    // The agents own the server. A hook runs in the queue of the client whose command fired
+    // it: one makes that client read fleetd's host key into a buffer, another write a buffer
+    // into fleetd's state directory. fleetd's token sweep lists panes every 2 s, and its
+    // client opens neither path: both are refused, logged and audited; the failing hook makes
+    // the sweep's call fail, which revokes nothing.
+    let host_key = std::fs::read(cred.join("host-key")).unwrap();
+    let planted = state.join("planted");
+    tmux(&["set-buffer", "-b", "bait", "written by a hook"]);
+    let read_hook = format!("load-buffer -b stolen {}", cred.join("host-key").display());
+    let write_hook = format!("save-buffer -b bait {}", planted.display());
+    for (slot, hook) in [
+        ("after-list-panes[0]", &read_hook),
+        ("after-list-panes[1]", &write_hook),
+    ] {
+        let set = tmux(&["set-hook", "-g", slot, hook]);
+        assert!(set.status.success(), "set-hook: {set:?}");
+    }
+    let audited = eventually(
+        "the refused opens in the audit log",
+        Duration::from_secs(15),
+        || {
+            let audit = std::fs::read_to_string(state.join("audit.jsonl")).ok()?;
+            let refused: Vec<&str> = audit
+                .lines()
+                .filter(|l| l.contains("\"multiplexer.refused\""))
+                .collect();
+            (refused
+                .iter()
+                .any(|l| l.contains("host-key") && l.contains("for reading"))
+                && refused
+                    .iter()
+                    .any(|l| l.contains("planted") && l.contains("for writing")))
+            .then(|| refused.join("\n"))
+        },
+    );
+    assert!(!audited.is_empty());
+    let stolen = tmux(&["show-buffer", "-b", "stolen"]);
+    assert!(
+        stolen.stdout.is_empty(),
+        "a buffer holds the host key: {stolen:?}"
+    );
+    assert!(
+        !planted.exists(),
+        "a hook wrote into fleetd's state directory"
+    );
+    assert_eq!(std::fs::read(cred.join("host-key")).unwrap(), host_key);
+    host.wait_log(
+        &["asked fleetd for something it never does"],
+        Duration::from_secs(5),
+    );
+    // While the server fails fleetd's calls, the sweep says so (logged and audited once) and
+    // goes on; a token is bound to its agent's process, which the kernel shows alive: it keeps
+    // serving, nothing is revoked.
+    host.wait_log(&["the multiplexer does not answer"], Duration::from_secs(5));
+    let roster = || host.request(&json!({"op": "roster", "token": token}));
+    let served = roster();
+    assert!(served.get("error").is_none(), "{served}");
+    tmux(&["set-hook", "-gu", "after-list-panes"]);
+    host.wait_log(&["the multiplexer answers again"], Duration::from_secs(5));
+    let audit = host.audit();
+    assert!(
+        audit.contains("\"multiplexer.failing\"") && audit.contains("\"multiplexer.recovered\""),
+        "{audit}"
+    );
+    assert!(!audit.contains("\"agent.revoked\""), "{audit}");
+
     // The agent exits; its token is refused from then on.
     tmux(&["send-keys", "-t", pane_id, "C-d"]);
     eventually("the agent's exit", Duration::from_secs(10), || {
         let dead = tmux(&["display-message", "-p", "-t", pane_id, "#{pane_dead}"]);
         (String::from_utf8_lossy(&dead.stdout).trim() == "1").then_some(())
     });
-    let refused = raw_request(
-        &run.join("fleetd.sock"),
-        &json!({"op": "roster", "token": token}),
-    );
+    let refused = host.request(&json!({"op": "roster", "token": token}));
     assert!(
         refused["error"]
             .as_str()
@@ -366,8 +275,8 @@ fn agents_under_the_login_user_cannot_reach_fleetds_files_or_authority() {
         "{refused}"
     );
 
-    terminate(&daemon);
-    let audit = std::fs::read_to_string(state.join("audit.jsonl")).unwrap();
+    host.stop();
+    let audit = host.audit();
     let refusals = audit
         .lines()
         .filter(|l| l.contains("\"api.refused\"") && l.contains(&format!("\"uid\":{au}")))
@@ -385,30 +294,4 @@ fn agents_under_the_login_user_cannot_reach_fleetds_files_or_authority() {
         !audit.contains(&token[13..]),
         "the token is in no audit record"
     );
-    drop(log);
-}
-
-/// `program` run as `uid`:`gid` with no supplementary groups (`setpriv`, util-linux).
-fn as_user(uid: u32, gid: u32, program: &str) -> Command {
-    let mut command = Command::new("setpriv");
-    command
-        .arg(format!("--reuid={uid}"))
-        .arg(format!("--regid={gid}"))
-        .arg("--clear-groups")
-        .arg("--")
-        .arg(program);
-    command
-}
-
-fn walk(dir: &Path) -> Vec<PathBuf> {
-    let mut all = vec![dir.to_path_buf()];
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            all.extend(walk(&path));
-        } else {
-            all.push(path);
-        }
-    }
-    all
 }

@@ -12,6 +12,9 @@ use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+mod common;
+
+use common::fake_tmux::FakeTmux;
 use fleetd::pane::tmux::{Socket, Tmux};
 use fleetd::pane::{Launch, Multiplexer, PaneError, PaneId, PaneState};
 
@@ -288,4 +291,101 @@ fn typing_into_a_pane_whose_process_exited_is_refused_and_the_server_survives() 
         !buffers.contains("fleetd-"),
         "no buffer left behind: {buffers}"
     );
+}
+
+/// A hook on the real server that makes the client of the command that fires it read a file
+/// into a buffer and write a buffer into a file: with the `tmux` binary as the client, the
+/// client opens both paths (tmux 3.3a `file.c`); with fleetd's client, neither is opened, the
+/// server gets `EACCES`, and both requests are reported as alarms.
+#[test]
+fn a_servers_hooks_cannot_make_fleetds_client_read_or_write_a_file() {
+    let server = Server::start();
+    let tmux = server.tmux();
+    let dir = tempfile::tempdir().unwrap();
+    let canary = format!("canary-{:08x}{:08x}", rand_u32(), rand_u32());
+    let secret = dir.path().join("host-key");
+    std::fs::write(&secret, &canary).unwrap();
+    let planted = dir.path().join("planted");
+    let hooks = [
+        format!("load-buffer -b stolen {}", secret.display()),
+        format!("save-buffer -b bait {}", planted.display()),
+    ];
+    tmux_out(&server, &["set-buffer", "-b", "bait", "written by a hook"]);
+    tmux_out(&server, &["set-hook", "-g", "after-list-panes", &hooks[0]]);
+    tmux_out(
+        &server,
+        &["set-hook", "-g", "after-capture-pane", &hooks[1]],
+    );
+
+    // The hooks work: the `tmux` binary, as client, reads and writes for the server.
+    tmux_out(&server, &["list-panes", "-a"]);
+    assert_eq!(tmux_out(&server, &["show-buffer", "-b", "stolen"]), canary);
+    tmux_out(&server, &["capture-pane", "-p", "-t", "keep"]);
+    assert!(planted.exists(), "the hook's save-buffer did not run");
+    std::fs::remove_file(&planted).unwrap();
+    tmux_out(&server, &["delete-buffer", "-b", "stolen"]);
+
+    // fleetd's client: nothing is read or written. The hook's command fails on the EACCES it
+    // got, and tmux fails the command that fired it: the server may refuse to serve fleetd (it
+    // is the agents'), but it cannot make fleetd read or write for it.
+    let hook_failed = |result: Result<String, PaneError>| match result {
+        Err(PaneError::Unavailable { detail, .. }) => assert!(
+            detail.contains("Permission denied"),
+            "not the hook's refused open: {detail}"
+        ),
+        other => panic!("the hook's failure should fail the call: {other:?}"),
+    };
+    hook_failed(tmux.list().map(|_| String::new()));
+    hook_failed(tmux.read(&PaneId("%0".to_owned()), 10));
+    assert_eq!(tmux_out(&server, &["show-buffer", "-b", "stolen"]), "");
+    assert!(
+        !planted.exists(),
+        "fleetd's client wrote a file for the server"
+    );
+    let buffers = tmux_out(&server, &["list-buffers", "-F", "#{buffer_sample}"]);
+    assert!(!buffers.contains(&canary), "{buffers}");
+    let alarms = tmux.alarms();
+    assert_eq!(alarms.len(), 2, "{alarms:?}");
+    assert!(
+        alarms[0].contains(&format!("open `{}` for reading", secret.display())),
+        "{alarms:?}"
+    );
+    assert!(
+        alarms[1].contains(&format!("open `{}` for writing", planted.display())),
+        "{alarms:?}"
+    );
+    assert!(tmux.alarms().is_empty(), "alarms are taken once");
+}
+
+/// A stand-in server in place of the real socket (`tests/common/fake_tmux.rs`, a test double:
+/// a real server never asks a command client to exec a shell) asks fleetd's client to open a
+/// path for reading, one for writing, then to exec a shell.
+#[test]
+fn a_fake_server_asking_to_open_files_or_exec_a_shell_is_refused_and_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("tmux");
+    let secret = dir.path().join("credential");
+    std::fs::write(&secret, "canary-credential").unwrap();
+    let planted = dir.path().join("planted");
+    let shell = dir.path().join("evil.sh");
+    let ran = dir.path().join("ran");
+    std::fs::write(&shell, format!("#!/bin/sh\ntouch {}\n", ran.display())).unwrap();
+    std::fs::set_permissions(&shell, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let fake = FakeTmux::serve(&socket, &secret, &planted, &shell);
+    let tmux = Tmux::new(Socket::Path(socket), "fleetd");
+    let error = tmux.list().unwrap_err();
+    assert!(
+        matches!(&error, PaneError::Refused(why) if why.contains("exec a shell")),
+        "{error}"
+    );
+    // Both opens answered EACCES for their streams, before anything was touched.
+    let answers = fake.wait_answers(1);
+    assert_eq!(answers.len(), 1);
+    assert!(FakeTmux::refused_both(&answers[0]), "{answers:?}");
+    assert!(!planted.exists() && !ran.exists());
+    let alarms = tmux.alarms();
+    assert_eq!(alarms.len(), 3, "{alarms:?}");
+    assert!(alarms[0].contains(&format!("`{}` for reading", secret.display())));
+    assert!(alarms[1].contains(&format!("`{}` for writing", planted.display())));
+    assert!(alarms[2].contains("exec a shell (MSG_SHELL)"), "{alarms:?}");
 }

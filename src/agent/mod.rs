@@ -117,6 +117,22 @@ pub struct LocalAgent {
     /// The hash of its capability token, while it has one (a pane agent that runs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token: Option<TokenHash>,
+    /// The process fleetd launched for it, as the kernel showed it (a pane agent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process: Option<Process>,
+}
+
+/// A pane agent's process: what its token is bound to.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Process {
+    /// Its process id.
+    pub pid: u32,
+    /// Its start time in clock ticks after boot, when fleetd could see it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start: Option<u64>,
+    /// Its name (`comm`) when it became ready, when fleetd could see it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comm: Option<String>,
 }
 
 /// A pane agent to register once it passed its readiness gate.
@@ -134,6 +150,8 @@ pub struct Registration {
     pub owner: Owner,
     /// The hash of the token its pane was given.
     pub token: Option<TokenHash>,
+    /// Its process, when the multiplexer named one.
+    pub process: Option<Process>,
 }
 
 fn operator() -> Owner {
@@ -224,16 +242,33 @@ impl Registry {
             status: None,
             owner: Owner::Operator,
             token: None,
+            process: None,
         };
         self.store(&mut agents, id, agent)?;
         Ok(id)
     }
 
-    /// `base`, or `base-2`, `base-3` … : the first name no agent holds.
+    /// `base`, or `base-2`, `base-3` … : the first name no agent holds. `base` is made a name
+    /// first: a character a name may not hold becomes `-` (herdr's pane `w1:p2` → `w1-p2`), and
+    /// it is cut to leave room for the count.
     pub fn free_name(&self, base: &str) -> String {
+        let mut base: String = base
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                    c
+                } else {
+                    '-'
+                }
+            })
+            .take(MAX_NAME - 8)
+            .collect();
+        if base.is_empty() {
+            base.push_str("agent");
+        }
         let agents = self.read();
         let taken = |name: &str| agents.values().any(|a| a.name == name);
-        let mut name = base.to_owned();
+        let mut name = base.clone();
         let mut n = 1u32;
         while taken(&name) {
             n = n.saturating_add(1);
@@ -277,6 +312,7 @@ impl Registry {
             status: None,
             owner: agent.owner,
             token: agent.token,
+            process: agent.process,
         };
         self.store(&mut agents, id, record)?;
         Ok(id)

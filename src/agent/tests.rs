@@ -23,6 +23,7 @@ fn register(
         pane: pane.to_owned(),
         owner,
         token: None,
+        process: None,
     })
 }
 
@@ -92,6 +93,15 @@ fn free_names_count_up_and_bad_names_are_refused() {
     register(&agents, "worker-3", "p", "%3", Owner::Operator).unwrap();
     register(&agents, "worker-3-2", "p", "%4", Owner::Operator).unwrap();
     assert_eq!(agents.free_name("worker-3"), "worker-3-3");
+    // herdr's pane ids hold characters a name may not: the default name is still a name.
+    assert_eq!(agents.free_name("worker-w1:p2"), "worker-w1-p2");
+    let long = agents.free_name(&"n".repeat(MAX_NAME * 2));
+    assert!(long.len() <= MAX_NAME - 8, "{long}");
+    register(&agents, &long, "p", "%5", Owner::Operator).unwrap();
+    let next = agents.free_name(&"n".repeat(MAX_NAME * 2));
+    assert_eq!(next, format!("{long}-2"));
+    register(&agents, &next, "p", "%6", Owner::Operator).unwrap();
+    assert_eq!(agents.free_name(""), "agent");
     for bad in ["", "a b", "x;y", "ünï", &"n".repeat(MAX_NAME + 1)] {
         assert!(
             matches!(agents.open_mailbox(bad), Err(RegistryError::BadName)),
@@ -141,6 +151,7 @@ fn a_name_taken_while_a_launch_waited_for_its_gate_is_refused_at_registration() 
         pane: "%1".to_owned(),
         owner,
         token: None,
+        process: None,
     };
     agents
         .register(registration(second, peer("b", "x")))
@@ -166,6 +177,7 @@ fn a_token_names_its_agent_until_it_is_revoked_and_bad_tokens_say_why() {
             pane: "%1".to_owned(),
             owner: Owner::Operator,
             token: Some(hash),
+            process: None,
         })
         .unwrap();
     assert_eq!(agents.authenticate(&token).unwrap().0, id);

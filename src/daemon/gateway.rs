@@ -8,10 +8,11 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::spawning::{checked_request, spawn_request};
-use crate::agent::{Owner, RegistryError};
+use crate::agent::{Owner, Process, RegistryError};
 use crate::broker::deliver::{Courier, CourierError};
 use crate::broker::link::Recorder;
 use crate::daemon::policy::PolicyHandle;
+use crate::pane::process::{Liveness, Watched};
 use crate::pane::{Multiplexer, PaneError, PaneId, PaneState};
 use crate::roster::Roster;
 use crate::route::{self, Route, Router, RouterError, SpawnAsk};
@@ -38,6 +39,52 @@ pub struct Gateway {
     /// Secrets this daemon read from its environment at start (variable name → value), for
     /// profiles' `env:NAME` references.
     pub env_secrets: std::collections::BTreeMap<String, SecretString>,
+    /// The kernel's watch on each pane agent's process.
+    pub processes: Arc<Processes>,
+    /// Why the multiplexer failed the last sweep's call, while it does.
+    pub failing: Mutex<Option<String>>,
+}
+
+/// The kernel's watch on each pane agent's process: a pid descriptor opened at launch or, after
+/// a restart, again from the registry's record. A token is bound to its agent's process, not to
+/// what the multiplexer — the agents' own server — says of its pane.
+#[derive(Debug, Default)]
+pub struct Processes(Mutex<std::collections::HashMap<Uuid, Watched>>);
+
+impl Processes {
+    /// Watches agent `id`'s process from now on (a relaunched lead's replaces its old one).
+    pub fn watch(&self, id: Uuid, process: Watched) {
+        if let Ok(mut watched) = self.0.lock() {
+            watched.insert(id, process);
+        }
+    }
+
+    /// Whether agent `id`'s process is still `process`, the one launched for it.
+    pub fn check(&self, id: Uuid, process: &Process) -> Liveness {
+        let Ok(mut watched) = self.0.lock() else {
+            return Liveness::Running;
+        };
+        let current = watched.get(&id).filter(|w| w.pid() == process.pid);
+        let liveness = match current {
+            Some(w) => w.check(),
+            None => match Watched::reopen(process.pid, process.start, process.comm.clone()) {
+                Ok(Some(w)) => {
+                    let liveness = w.check();
+                    watched.insert(id, w);
+                    liveness
+                }
+                Ok(None) => Liveness::Ended,
+                Err(error) => {
+                    tracing::warn!(agent.id = %id, %error, "cannot watch an agent's process; its token holds");
+                    Liveness::Running
+                }
+            },
+        };
+        if liveness != Liveness::Running {
+            watched.remove(&id);
+        }
+        liveness
+    }
 }
 
 impl Router for Gateway {
@@ -197,10 +244,20 @@ impl Gateway {
         agent: &crate::agent::LocalAgent,
     ) -> Result<Option<String>, RouterError> {
         let gone = match (&self.spawner, &agent.pane) {
-            (Some(spawner), Some(pane)) => why_gone(spawner.mux().as_ref(), &PaneId(pane.clone()))
-                .map_err(|error| {
-                    RouterError::Failed(format!("cannot check agent {id}'s pane: {error}"))
-                })?,
+            (Some(spawner), Some(pane)) => agent_gone(
+                spawner.mux().as_ref(),
+                &self.processes,
+                id,
+                agent,
+                &PaneId(pane.clone()),
+            )
+            .map_err(|error| {
+                RouterError::Failed(format!("cannot check agent {id}'s pane: {error}"))
+            })?,
+            (None, Some(_)) => match &agent.process {
+                Some(process) => self.processes.check(id, process).why_gone(process.pid),
+                None => None,
+            },
             _ => Some("it has no pane".to_owned()),
         };
         if let (Some(why), Some(hash)) = (&gone, agent.token) {
@@ -220,6 +277,7 @@ impl Gateway {
     /// Revokes the token of every pane agent that is gone (one sweep; the daemon runs one every
     /// two seconds, and a token presented meanwhile is checked on the spot).
     pub(super) fn sweep_agents(&self) {
+        self.report_alarms();
         for (id, agent) in self.courier.agents().list() {
             if agent.token.is_some()
                 && let Err(error) = self.retire_if_gone(id, &agent)
@@ -230,8 +288,98 @@ impl Gateway {
     }
 }
 
+impl Gateway {
+    /// Logs and audits (`multiplexer.refused`) what the multiplexer's server asked of fleetd
+    /// and was refused since the last sweep: opening a path, running a command. A real server
+    /// asks neither of fleetd's client unless someone set a hook or stands in for it.
+    fn report_alarms(&self) {
+        let Some(spawner) = &self.spawner else {
+            return;
+        };
+        // The server is asked once per sweep; a change between answering and failing is
+        // logged and audited once (a hook can make every call fail: fleetd goes on, the kernel
+        // decides about agents' tokens, and the sweep asks again in 2 s).
+        let failure = spawner.mux().list().err().map(|error| error.to_string());
+        if let Ok(mut failing) = self.failing.lock()
+            && *failing != failure
+        {
+            match &failure {
+                Some(reason) => {
+                    tracing::warn!(%reason, "the multiplexer does not answer; retrying every sweep");
+                    (self.record)(vec![("multiplexer.failing", json!({ "reason": reason }))]);
+                }
+                None => {
+                    tracing::info!("the multiplexer answers again");
+                    (self.record)(vec![("multiplexer.recovered", json!({}))]);
+                }
+            }
+            *failing = failure;
+        }
+        let alarms = spawner.mux().alarms();
+        for alarm in &alarms {
+            tracing::warn!(%alarm, "the multiplexer's server asked fleetd for something it never does: refused");
+        }
+        if !alarms.is_empty() {
+            (self.record)(
+                alarms
+                    .into_iter()
+                    .map(|alarm| ("multiplexer.refused", json!({ "request": alarm })))
+                    .collect(),
+            );
+        }
+    }
+}
+
+/// Why pane agent `id` is gone, or `None` while it runs as launched.
+///
+/// For an agent whose process fleetd watches, the kernel decides first: the process ended, or
+/// executed another program. Then the multiplexer — the agents' own server — may add what only
+/// it knows: the pane now runs another process (respawned), or its agent exited under a shell
+/// that still runs (herdr's agents). A pane the server no longer lists, or no answer at all,
+/// never makes a live process gone: a failing or fake server revokes nothing.
+pub(super) fn agent_gone(
+    mux: &dyn Multiplexer,
+    processes: &Processes,
+    id: Uuid,
+    agent: &crate::agent::LocalAgent,
+    pane: &PaneId,
+) -> Result<Option<String>, PaneError> {
+    let Some(process) = &agent.process else {
+        return why_gone(mux, pane);
+    };
+    let liveness = processes.check(id, process);
+    if liveness == Liveness::Ended {
+        // The kernel says it ended; the pane may still know how (a detail, not the decision).
+        return Ok(Some(match mux.state(pane) {
+            Ok(PaneState::Exited(status)) if status >= 0 => format!(
+                "its process (pid {}) exited with status {status}",
+                process.pid
+            ),
+            _ => format!("its process (pid {}) ended", process.pid),
+        }));
+    }
+    if let Some(why) = liveness.why_gone(process.pid) {
+        return Ok(Some(why));
+    }
+    match mux.pid(pane) {
+        Ok(Some(now)) if now != process.pid => {
+            return Ok(Some(format!(
+                "its pane now runs pid {now}, not the agent's pid {} (respawned)",
+                process.pid
+            )));
+        }
+        Ok(_) | Err(_) => {}
+    }
+    match mux.state(pane) {
+        Ok(PaneState::Exited(status)) => {
+            Ok(Some(format!("its process exited with status {status}")))
+        }
+        _ => Ok(None),
+    }
+}
+
 /// Why the agent in `pane` is gone — its process exited, or its pane vanished — or `None` while
-/// it runs; an error when the multiplexer cannot say.
+/// it runs; an error when the multiplexer cannot say (an agent fleetd has no process for).
 pub fn why_gone(mux: &dyn Multiplexer, pane: &PaneId) -> Result<Option<String>, PaneError> {
     match mux.state(pane) {
         Ok(PaneState::Running) => Ok(None),

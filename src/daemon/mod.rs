@@ -132,10 +132,12 @@ pub async fn run(
     tasks.spawn(keep_roster(Arc::clone(&roster), stopped.clone()));
     let roster_view = Arc::clone(&roster);
     let spawner = spawner(&config);
+    let processes = Arc::new(gateway::Processes::default());
     if let Some(spawner) = &spawner {
         tasks.spawn(inject::run(
             Arc::clone(&courier),
             Arc::clone(spawner.mux()),
+            Arc::clone(&processes),
             scrubber.clone(),
             recorder(Arc::clone(&audit)),
             stopped.clone(),
@@ -156,6 +158,8 @@ pub async fn run(
                 _ => None,
             })
             .collect(),
+        processes: Arc::clone(&processes),
+        failing: std::sync::Mutex::new(None),
     });
     let sweeping = Arc::clone(&gateway);
     tasks.spawn(every(Duration::from_secs(2), stopped.clone(), move || {

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::gateway::{Gateway, courier_error};
-use crate::agent::{Owner, Registration};
+use crate::agent::{Owner, Process, Registration};
 use crate::api::{ENV_AGENT_ID, ENV_AGENT_TOKEN, ENV_SOCKET};
 use crate::policy::{Request, SecretRef};
 use crate::route::{RouterError, SpawnAsk};
@@ -110,6 +110,7 @@ impl Gateway {
                 match spawner.spawn(&policy, request, &resolve, &identity) {
                     Outcome::Started {
                         pane,
+                        process,
                         profile,
                         rules,
                     } => {
@@ -124,9 +125,19 @@ impl Gateway {
                             pane: pane.0.clone(),
                             owner: owner.clone(),
                             token: Some(hash),
+                            process: process.as_ref().map(|p| Process {
+                                pid: p.pid(),
+                                start: p.start(),
+                                comm: p.comm().map(str::to_owned),
+                            }),
                         });
                         match registered {
-                            Ok(id) => Registered::Started { id, name, rules },
+                            Ok(id) => {
+                                if let Some(process) = process {
+                                    self.processes.watch(id, process);
+                                }
+                                Registered::Started { id, name, rules }
+                            }
                             Err(error) => {
                                 // Another spawn took the name while this one waited for its gate.
                                 let _ = spawner.mux().close(&pane);

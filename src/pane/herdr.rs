@@ -398,6 +398,18 @@ impl Herdr {
 }
 
 impl Multiplexer for Herdr {
+    /// The pane's shell: the process that becomes the command (`exec`), or under which herdr
+    /// starts its agent.
+    fn pid(&self, pane: &PaneId) -> Result<Option<u32>, PaneError> {
+        let info = self
+            .call("pane.process_info", json!({"pane_id": pane.0}))
+            .map_err(|e| named(e, pane))?;
+        Ok(info
+            .pointer("/process_info/shell_pid")
+            .and_then(Value::as_u64)
+            .and_then(|pid| u32::try_from(pid).ok()))
+    }
+
     fn launch(&self, launch: &Launch) -> Result<PaneId, PaneError> {
         let Some(program) = launch.argv.first() else {
             return Err(PaneError::Refused("an empty command".to_owned()));

@@ -8,6 +8,7 @@
 //! Imports: nothing from the crate (a leaf).
 
 pub mod herdr;
+pub mod process;
 pub mod sanitize;
 pub mod tmux;
 
@@ -81,6 +82,21 @@ pub trait Multiplexer: Send + Sync {
     fn launch(&self, launch: &Launch) -> Result<PaneId, PaneError>;
     /// Types `text` into the pane (sanitised here first), then presses Enter.
     fn send_text(&self, pane: &PaneId, text: &str) -> Result<(), PaneError>;
+    /// Types `text` into the pane only while its process is `pid` — the process fleetd
+    /// launched there, not one a respawn put in its place. tmux decides in the same command
+    /// queue as the paste; the default asks first.
+    fn send_text_to(&self, pane: &PaneId, pid: u32, text: &str) -> Result<(), PaneError> {
+        match self.pid(pane)? {
+            Some(now) if now != pid => Err(PaneError::Refused(format!(
+                "pane {pane} now runs pid {now}, not the agent's {pid}: nothing typed"
+            ))),
+            _ => self.send_text(pane, text),
+        }
+    }
+    /// The process id of the pane's process, when the backend knows it.
+    fn pid(&self, _pane: &PaneId) -> Result<Option<u32>, PaneError> {
+        Ok(None)
+    }
     /// The last `lines` lines the pane shows.
     fn read(&self, pane: &PaneId, lines: usize) -> Result<String, PaneError>;
     /// Whether the pane's process runs or exited (and how).
@@ -98,5 +114,11 @@ pub trait Multiplexer: Send + Sync {
     /// `agent.get` `interactive_ready`); `None`: use the profile's ready pattern.
     fn ready(&self, _pane: &PaneId) -> Option<Result<bool, PaneError>> {
         None
+    }
+    /// What the multiplexer's server asked of fleetd and was refused since the last call
+    /// (opening a path, running a command): each a sign that the server is hostile or fake,
+    /// for the daemon to log and audit. Taken once.
+    fn alarms(&self) -> Vec<String> {
+        Vec::new()
     }
 }

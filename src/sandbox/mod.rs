@@ -6,15 +6,15 @@
 //!
 //! - files: the config file, the policy directory, the CA bundle and the credential directory
 //!   read-only; the state and runtime directories read-write; `/dev/null`; the name-resolution
-//!   files in `/etc` and the system libraries read-only (NSS modules load lazily), with execute
-//!   rights on the libraries and the `tmux` binary only when the multiplexer is tmux (fleetd runs
-//!   the `tmux` client; over herdr's socket it executes nothing);
+//!   files in `/etc`, the system libraries (NSS modules load lazily) and `/proc` (agents'
+//!   processes are watched there) read-only; nothing executable: fleetd runs no program (it
+//!   speaks tmux's client protocol and herdr's socket API itself);
 //! - network (ABI ≥ 4): TCP connect to the broker's port and 53 (DNS over TCP), no TCP bind;
 //! - scopes (ABI ≥ 6): no connect to abstract Unix sockets made outside the sandbox (unless
 //!   `$NOTIFY_SOCKET` is one), no signals to processes outside it.
 //!
-//! Children inherit the domain: the `tmux` client does, the agents do not (the tmux server,
-//! started outside fleetd, launches them). Best effort by default, the level reached is logged
+//! fleetd has no children; the agents are not in the domain (the multiplexer's server, started
+//! outside fleetd, launches them). Best effort by default, the level reached is logged
 //! and shown by `fleetd status`; `sandbox = "required"` refuses to start below full enforcement.
 //!
 //! Imports: `config` (the paths to allow), `secret` (the credentials directory).
@@ -22,7 +22,7 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use crate::config::{Config, Multiplexer, SandboxMode};
+use crate::config::{Config, SandboxMode};
 
 /// The name-resolution and time files glibc reads at run time.
 const ETC_FILES: &[&str] = &[
@@ -45,7 +45,7 @@ const LIBRARY_DIRS: &[&str] = &["/lib", "/lib64", "/usr/lib", "/usr/lib64"];
 pub struct Plan {
     /// Readable files and directories.
     pub read: Vec<PathBuf>,
-    /// Readable and executable (libraries, the `tmux` binary).
+    /// Readable and executable (none in the daemon's plan: it runs no program).
     pub exec: Vec<PathBuf>,
     /// Readable and writable directories (and files such as `/dev/null`).
     pub write: Vec<PathBuf>,
@@ -75,14 +75,11 @@ impl Plan {
             plan.read
                 .extend(["/etc/group", "/etc/passwd"].map(PathBuf::from));
         }
-        let libraries = LIBRARY_DIRS.iter().map(PathBuf::from);
-        match config.multiplexer {
-            Multiplexer::Tmux => {
-                plan.exec.extend(libraries);
-                plan.exec.extend(find_program("tmux"));
-            }
-            Multiplexer::Herdr => plan.read.extend(libraries),
-        }
+        plan.read.extend(LIBRARY_DIRS.iter().map(PathBuf::from));
+        // Agents' processes are watched through `/proc/PID/stat` (start time, name): read-only.
+        // Another user's process shows no more there than to anyone (its environment needs
+        // ptrace rights fleetd's user does not have).
+        plan.read.push(PathBuf::from("/proc"));
         plan.write.push(config.paths.state.clone());
         plan.write.push(config.paths.runtime.clone());
         plan.write.push(PathBuf::from("/dev/null"));
@@ -94,15 +91,6 @@ impl Plan {
             !std::env::var("NOTIFY_SOCKET").is_ok_and(|s| s.starts_with('@'));
         plan
     }
-}
-
-/// Every `name` found on `$PATH` (the one `Command` would run, and any it might fall back to).
-fn find_program(name: &str) -> Vec<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(name))
-        .filter(|candidate| candidate.is_file())
-        .collect()
 }
 
 /// How much of the plan the kernel enforces.

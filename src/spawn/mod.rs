@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use secrecy::SecretString;
 
+use crate::pane::process::Watched;
 use crate::pane::{Launch, Multiplexer, PaneError, PaneId, PaneState};
 use crate::policy::{
     Effect, PaneSpec, PolicySet, Request, RuleId, SecretRef, Usage, evaluate, pane_spec,
@@ -61,6 +62,8 @@ pub enum Outcome {
     Started {
         /// Its pane (host-local).
         pane: PaneId,
+        /// Its process, watched by the kernel from launch, when the multiplexer named it.
+        process: Option<Watched>,
         /// The profile.
         profile: String,
         /// The deciding grant(s).
@@ -160,6 +163,25 @@ impl Spawner {
                 };
             }
         };
+        // The process is watched from now on, through the kernel: a pid descriptor names it
+        // and no later process that reuses its pid.
+        let watched = match self.mux.pid(&pane).map(|pid| pid.map(Watched::launched)) {
+            Ok(None) => None,
+            Ok(Some(Ok(Some(watched)))) => Some(watched),
+            Ok(Some(Ok(None))) => None, // already ended: the gate reports its exit
+            Ok(Some(Err(error))) => {
+                let _ = self.mux.close(&pane);
+                return Outcome::Failed {
+                    reason: format!("cannot watch the pane's process: {error}"),
+                };
+            }
+            Err(error) => {
+                let _ = self.mux.close(&pane);
+                return Outcome::Failed {
+                    reason: format!("cannot learn the pane's process: {error}"),
+                };
+            }
+        };
         let Some(profile) = policy.profiles.get(&spec.profile) else {
             let _ = self.mux.close(&pane);
             return Outcome::Failed {
@@ -172,6 +194,12 @@ impl Spawner {
                 reason: error.to_string(),
             };
         }
+        // What it runs once ready is what it must keep running (a wrapper may have executed
+        // the agent before).
+        let watched = watched.map(|mut watched| {
+            watched.settle();
+            watched
+        });
         if let Ok(mut running) = self.running.lock() {
             running.push(Instance {
                 pane: pane.clone(),
@@ -182,6 +210,7 @@ impl Spawner {
         }
         Outcome::Started {
             pane,
+            process: watched,
             profile: spec.profile,
             rules: decision.rules,
         }

@@ -11,7 +11,9 @@
     reason = "shared test helpers; each includer uses part"
 )]
 
+pub mod fake_tmux;
 pub mod herdr;
+pub mod identities;
 pub mod mcp;
 pub mod netns;
 pub mod publish;

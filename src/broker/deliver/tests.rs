@@ -293,6 +293,7 @@ fn pane_agent(gateway: &Gateway, name: &str, profile: &str, owner: crate::agent:
             pane: format!("%{name}"),
             owner,
             token: None,
+            process: None,
         })
         .unwrap()
 }

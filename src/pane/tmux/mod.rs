@@ -6,11 +6,13 @@
 //! `load-buffer -` on stdin, then `paste-buffer -p -d` (bracketed paste, buffer deleted) and
 //! Enter. Panes keep their process's exit status (`remain-on-exit`).
 
-use std::io::Write;
+pub mod client;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use self::client::{CallError, Refusal};
 use super::sanitize::sanitize;
 use super::{Launch, Multiplexer, PaneError, PaneId, PaneState};
 
@@ -27,17 +29,8 @@ pub enum Socket {
     Path(PathBuf),
 }
 
-/// The variables the `tmux` client keeps (where its socket is, and the locale it parses in).
-const CLIENT_ENV: &[&str] = &[
-    "PATH",
-    "HOME",
-    "USER",
-    "LOGNAME",
-    "TMUX_TMPDIR",
-    "LANG",
-    "LC_ALL",
-    "LC_CTYPE",
-];
+/// How many refused server requests are kept until [`Multiplexer::alarms`] takes them.
+const MAX_ALARMS: usize = 64;
 
 /// A tmux server and the session fleetd opens its windows in.
 #[derive(Clone, Debug)]
@@ -45,6 +38,8 @@ pub struct Tmux {
     socket: Socket,
     session: String,
     timeout: Duration,
+    /// What the server asked of fleetd's client and was refused, not yet reported.
+    alarms: Arc<Mutex<Vec<String>>>,
 }
 
 impl Tmux {
@@ -54,6 +49,7 @@ impl Tmux {
             socket,
             session: session.to_owned(),
             timeout: Duration::from_secs(5),
+            alarms: Arc::default(),
         }
     }
 
@@ -65,64 +61,57 @@ impl Tmux {
         }
     }
 
-    /// Runs `tmux ARGS` with `stdin`; its stdout, or why it failed.
+    /// Runs the tmux command `args` with `stdin` through fleetd's own client; its stdout, or
+    /// why it failed. What the server asked for and was refused is kept for [`Tmux::alarms`].
     fn run(&self, op: &'static str, args: &[&str], stdin: &[u8]) -> Result<String, PaneError> {
         let unavailable = |detail: String| PaneError::Unavailable {
             backend: BACKEND,
             op,
             detail,
         };
-        let mut command = Command::new("tmux");
-        // The client gets only what it needs to find its server: no inherited variable (a
-        // secret, NOTIFY_SOCKET) reaches it, and through it the server or a pane.
-        command.env_clear();
-        for name in CLIENT_ENV {
-            if let Some(value) = std::env::var_os(name) {
-                command.env(name, value);
+        let socket = match &self.socket {
+            Socket::Name(name) => client::named_socket(name),
+            Socket::Path(path) => Ok(path.clone()),
+        }
+        .map_err(|e| unavailable(e.to_string()))?;
+        let deadline = std::time::Instant::now() + self.timeout;
+        let reply = match client::call(&socket, args, stdin, deadline) {
+            Ok(reply) => reply,
+            Err(CallError::Hostile { refused }) => {
+                self.alarm(op, &refused);
+                let last = refused.last().map(ToString::to_string).unwrap_or_default();
+                return Err(PaneError::Refused(format!(
+                    "the tmux server asked fleetd to {last}: the call was ended"
+                )));
             }
-        }
-        match &self.socket {
-            Socket::Name(name) => command.args(["-L", name]),
-            Socket::Path(path) => command.arg("-S").arg(path),
+            Err(error) => return Err(unavailable(error.to_string())),
         };
-        let mut child = command
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| unavailable(format!("cannot run tmux: {e}")))?;
-        if let Some(mut input) = child.stdin.take() {
-            input
-                .write_all(stdin)
-                .map_err(|e| unavailable(format!("cannot write to tmux: {e}")))?;
+        self.alarm(op, &reply.refused);
+        if reply.status == 0 {
+            return Ok(String::from_utf8_lossy(&reply.stdout).into_owned());
         }
-        let pid = child.id();
-        let (done, waited) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let _ = done.send(child.wait_with_output());
-        });
-        let output = match waited.recv_timeout(self.timeout) {
-            Ok(output) => output.map_err(|e| unavailable(e.to_string()))?,
-            Err(_) => {
-                if let Some(pid) = i32::try_from(pid)
-                    .ok()
-                    .and_then(rustix::process::Pid::from_raw)
-                {
-                    let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
-                }
-                return Err(unavailable(format!("no answer within {:?}", self.timeout)));
-            }
-        };
-        if output.status.success() {
-            return Ok(String::from_utf8_lossy(&output.stdout).into_owned());
-        }
-        let stderr = String::from_utf8_lossy(&output.stderr).trim().to_owned();
-        Err(unavailable(if stderr.is_empty() {
-            format!("tmux exited with {}", output.status)
-        } else {
-            stderr
+        let stderr = String::from_utf8_lossy(&reply.stderr).trim().to_owned();
+        Err(unavailable(match (stderr.is_empty(), reply.message) {
+            (false, _) => stderr,
+            (true, Some(message)) => message,
+            (true, None) => format!("tmux exited with status {}", reply.status),
         }))
+    }
+
+    /// Keeps what the server asked of fleetd's client and was refused (bounded).
+    fn alarm(&self, op: &'static str, refused: &[Refusal]) {
+        if refused.is_empty() {
+            return;
+        }
+        if let Ok(mut alarms) = self.alarms.lock() {
+            for refusal in refused {
+                if alarms.len() < MAX_ALARMS {
+                    alarms.push(format!(
+                        "during `{op}` the server asked fleetd to {refusal}"
+                    ));
+                }
+            }
+        }
     }
 
     /// Runs tmux commands given on stdin (`source-file -`): values stay off every argv.
@@ -210,45 +199,25 @@ impl Multiplexer for Tmux {
     }
 
     fn send_text(&self, pane: &PaneId, text: &str) -> Result<(), PaneError> {
-        let clean = sanitize(text.as_bytes());
-        let buffer = unique_name("fleetd")?;
-        self.run(
-            "load-buffer",
-            &["load-buffer", "-b", &buffer, "-"],
-            clean.text.as_bytes(),
-        )?;
-        // Paste and Enter in one command list: the server runs both in one go, so a fleetd
-        // killed meanwhile never leaves a pasted line without its Enter (which the next message
-        // would be appended to). And only into a live pane, decided in the same go: tmux 3.3a
-        // crashes — every session with it — when it pastes into a pane whose process has exited
-        // (remain-on-exit keeps the pane, without its terminal). The server does not handle a
-        // child's exit between `if-shell -F`'s check and the paste.
-        let paste = format!("paste-buffer -p -d -b {buffer} -t {pane} ; send-keys -t {pane} Enter");
-        let skip = format!("delete-buffer -b {buffer} ; display-message -p {DEAD_PANE}");
-        let pasted = self.on_pane(
-            "paste-buffer",
-            pane,
-            &[
-                "if-shell",
-                "-F",
-                "-t",
-                &pane.0,
-                "#{pane_dead}",
-                &skip,
-                &paste,
-            ],
+        self.paste(pane, None, text)
+    }
+
+    fn send_text_to(&self, pane: &PaneId, pid: u32, text: &str) -> Result<(), PaneError> {
+        self.paste(pane, Some(pid), text)
+    }
+
+    fn pid(&self, pane: &PaneId) -> Result<Option<u32>, PaneError> {
+        valid_pane(pane)?;
+        let out = self.run(
+            "list-panes",
+            &["list-panes", "-a", "-F", "#{pane_id} #{pane_pid}"],
             b"",
-        );
-        match pasted {
-            Ok(out) if out.contains(DEAD_PANE) => Err(PaneError::Refused(format!(
-                "pane {pane}'s process has exited: nothing typed"
-            ))),
-            Ok(_) => Ok(()),
-            Err(error) => {
-                let _ = self.run("delete-buffer", &["delete-buffer", "-b", &buffer], b"");
-                Err(error)
-            }
-        }
+        )?;
+        let line = out
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(pane.0.as_str()))
+            .ok_or_else(|| PaneError::NoPane(pane.clone()))?;
+        Ok(line.split_whitespace().nth(1).and_then(|p| p.parse().ok()))
     }
 
     fn read(&self, pane: &PaneId, lines: usize) -> Result<String, PaneError> {
@@ -295,9 +264,60 @@ impl Multiplexer for Tmux {
             .map(|l| PaneId(l.trim().to_owned()))
             .collect())
     }
+
+    fn alarms(&self) -> Vec<String> {
+        self.alarms
+            .lock()
+            .map(|mut alarms| std::mem::take(&mut *alarms))
+            .unwrap_or_default()
+    }
 }
 
 impl Tmux {
+    /// Loads `text` (sanitised) into a private buffer and pastes it with Enter — only into a
+    /// live pane and, with `pid`, only while that is the pane's process.
+    fn paste(&self, pane: &PaneId, pid: Option<u32>, text: &str) -> Result<(), PaneError> {
+        let clean = sanitize(text.as_bytes());
+        let buffer = unique_name("fleetd")?;
+        self.run(
+            "load-buffer",
+            &["load-buffer", "-b", &buffer, "-"],
+            clean.text.as_bytes(),
+        )?;
+        // Paste and Enter in one command list: the server runs both in one go, so a fleetd
+        // killed meanwhile never leaves a pasted line without its Enter (which the next message
+        // would be appended to). And only into a live pane, decided in the same go: tmux 3.3a
+        // crashes — every session with it — when it pastes into a pane whose process has exited
+        // (remain-on-exit keeps the pane, without its terminal). The server does not handle a
+        // child's exit between `if-shell -F`'s check and the paste.
+        let paste = format!("paste-buffer -p -d -b {buffer} -t {pane} ; send-keys -t {pane} Enter");
+        let skip = format!("delete-buffer -b {buffer} ; display-message -p {DEAD_PANE}");
+        // Nothing into a dead pane, nor into one whose process is no longer the agent's.
+        let skip_if = match pid {
+            Some(pid) => format!("#{{||:#{{pane_dead}},#{{!=:#{{pane_pid}},{pid}}}}}"),
+            None => "#{pane_dead}".to_owned(),
+        };
+        let pasted = self.on_pane(
+            "paste-buffer",
+            pane,
+            &["if-shell", "-F", "-t", &pane.0, &skip_if, &skip, &paste],
+            b"",
+        );
+        match pasted {
+            Ok(out) if out.contains(DEAD_PANE) => Err(PaneError::Refused(match pid {
+                Some(pid) => format!(
+                    "pane {pane}'s process has exited or is no longer pid {pid}: nothing typed"
+                ),
+                None => format!("pane {pane}'s process has exited: nothing typed"),
+            })),
+            Ok(_) => Ok(()),
+            Err(error) => {
+                let _ = self.run("delete-buffer", &["delete-buffer", "-b", &buffer], b"");
+                Err(error)
+            }
+        }
+    }
+
     /// The `source-file` script that opens a window running `words` (`-c`, `-e`, `--`, argv,
     /// quoted) and prints its pane id.
     ///

@@ -1,0 +1,282 @@
+//! The process fleetd launched in a pane, as the kernel knows it — not as the multiplexer says.
+//!
+//! The multiplexer's server is the agents' (their user owns it), so its word on a pane is
+//! theirs: a pane can be respawned under a live agent's identity, and a fake or failing server
+//! can claim a live agent is gone. What fleetd trusts instead is the kernel:
+//!
+//! - a **pid file descriptor** opened when the agent's pane is launched names exactly that
+//!   process, never a later one with a reused pid; it turns readable when the process ends
+//!   (`respawn-pane -k` kills it; a respawn of a dead pane makes a new one);
+//! - where fleetd can see the agent's `/proc/PID/stat` (not under the unit's
+//!   `ProtectProc=invisible`, which hides other users' processes), its **start time** (a pid
+//!   reused while fleetd was down is not the agent) and its **name** (`comm`, which `execve`
+//!   sets: a pane process that executed another program is no longer the agent).
+//!
+//! Imports: nothing from the crate (a leaf).
+
+use std::os::fd::OwnedFd;
+
+/// Whether an agent's process is still the one fleetd launched.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Liveness {
+    /// It runs, as launched.
+    Running,
+    /// It ended (or its pid now names another process).
+    Ended,
+    /// It runs another program than the one that became ready (`execve`).
+    Replaced {
+        /// The name it had.
+        was: String,
+        /// The name it has.
+        now: String,
+    },
+}
+
+impl Liveness {
+    /// Why the agent is gone, or `None` while it runs as launched.
+    pub fn why_gone(&self, pid: u32) -> Option<String> {
+        match self {
+            Liveness::Running => None,
+            Liveness::Ended => Some(format!("its process (pid {pid}) ended")),
+            Liveness::Replaced { was, now } => Some(format!(
+                "its process (pid {pid}) now runs `{now}`, not the `{was}` fleetd launched"
+            )),
+        }
+    }
+}
+
+/// An agent's process, watched through a pid file descriptor.
+#[derive(Debug)]
+pub struct Watched {
+    pid: u32,
+    /// Its start time in clock ticks after boot, when `/proc` showed it.
+    start: Option<u64>,
+    /// Its name (`comm`) when it became ready, when `/proc` showed it.
+    comm: Option<String>,
+    /// `None` where the kernel has no pid file descriptors: `/proc` alone decides.
+    pidfd: Option<OwnedFd>,
+}
+
+impl PartialEq for Watched {
+    fn eq(&self, other: &Watched) -> bool {
+        (self.pid, self.start, &self.comm) == (other.pid, other.start, &other.comm)
+    }
+}
+
+impl Eq for Watched {}
+
+impl Watched {
+    /// Starts watching process `pid` now (at launch): its pid descriptor, and what `/proc`
+    /// shows of it. `Ok(None)`: it has already ended.
+    pub fn launched(pid: u32) -> std::io::Result<Option<Watched>> {
+        let pidfd = match open_pidfd(pid) {
+            Ok(fd) => fd,
+            Err(error) if error.raw_os_error() == Some(ESRCH) => return Ok(None),
+            Err(error) => return Err(error),
+        };
+        let (start, comm) = stat(pid).map_or((None, None), |s| (Some(s.start), Some(s.comm)));
+        Ok(Some(Watched {
+            pid,
+            start,
+            comm,
+            pidfd,
+        }))
+    }
+
+    /// Watches process `pid` again (after a restart) as recorded: it must still exist, with
+    /// the recorded start time where `/proc` shows it. `None`: it ended.
+    pub fn reopen(
+        pid: u32,
+        start: Option<u64>,
+        comm: Option<String>,
+    ) -> std::io::Result<Option<Watched>> {
+        let pidfd = match open_pidfd(pid) {
+            Ok(fd) => fd,
+            Err(error) if error.raw_os_error() == Some(ESRCH) => return Ok(None),
+            Err(error) => return Err(error),
+        };
+        if let (Some(start), Some(now)) = (start, stat(pid))
+            && now.start != start
+        {
+            return Ok(None);
+        }
+        Ok(Some(Watched {
+            pid,
+            start,
+            comm,
+            pidfd,
+        }))
+    }
+
+    /// Takes the process's name as it is now as the one it must keep (when the agent became
+    /// ready: a wrapper may have executed the agent before that).
+    pub fn settle(&mut self) {
+        if let Some(now) = stat(self.pid) {
+            self.comm = Some(now.comm);
+        }
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Its start time (clock ticks after boot), when `/proc` showed it.
+    pub fn start(&self) -> Option<u64> {
+        self.start
+    }
+
+    /// Its name when it became ready, when `/proc` showed it.
+    pub fn comm(&self) -> Option<&str> {
+        self.comm.as_deref()
+    }
+
+    /// Whether the process is still the one launched.
+    pub fn check(&self) -> Liveness {
+        if self.pidfd.as_ref().is_some_and(ended) {
+            return Liveness::Ended;
+        }
+        match stat(self.pid) {
+            Some(now) if self.start.is_some_and(|start| start != now.start) => Liveness::Ended,
+            Some(now) => match &self.comm {
+                Some(was) if *was != now.comm => Liveness::Replaced {
+                    was: was.clone(),
+                    now: now.comm,
+                },
+                _ => Liveness::Running,
+            },
+            // Not shown: gone, or hidden from fleetd (`ProtectProc=invisible`) — the pid
+            // descriptor decides; without one, a process that was shown and no longer is ended.
+            None if self.pidfd.is_none() && self.start.is_some() => Liveness::Ended,
+            None => Liveness::Running,
+        }
+    }
+}
+
+const ESRCH: i32 = 3;
+
+/// What `/proc/PID/stat` says of a process.
+struct Stat {
+    comm: String,
+    start: u64,
+}
+
+/// `/proc/PID/stat`'s name and start time (field 22), or `None` when fleetd cannot see it.
+fn stat(pid: u32) -> Option<Stat> {
+    parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+fn parse_stat(text: &str) -> Option<Stat> {
+    // The name is between the first `(` and the last `)`: it may hold either, and spaces.
+    let open = text.find('(')?;
+    let close = text.rfind(')')?;
+    let comm = text.get(open + 1..close)?.to_owned();
+    // After the name: state (field 3) … starttime (field 22).
+    let start = text
+        .get(close + 1..)?
+        .split_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()?;
+    Some(Stat { comm, start })
+}
+
+#[cfg(target_os = "linux")]
+fn open_pidfd(pid: u32) -> std::io::Result<Option<OwnedFd>> {
+    let raw = i32::try_from(pid).map_err(|_| std::io::Error::from_raw_os_error(ESRCH))?;
+    let pid = rustix::process::Pid::from_raw(raw)
+        .ok_or_else(|| std::io::Error::from_raw_os_error(ESRCH))?;
+    match rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()) {
+        Ok(fd) => Ok(Some(fd)),
+        // A kernel before 5.3: no pid descriptors; `/proc` decides.
+        Err(rustix::io::Errno::NOSYS) => Ok(None),
+        Err(error) => Err(error.into()),
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn open_pidfd(_pid: u32) -> std::io::Result<Option<OwnedFd>> {
+    Ok(None)
+}
+
+/// A pid descriptor turns readable when its process has ended.
+fn ended(fd: &OwnedFd) -> bool {
+    let mut fds = [rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN)];
+    let zero = rustix::event::Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    rustix::event::poll(&mut fds, Some(&zero)).is_ok_and(|n| n > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_process_is_running_until_it_ends_and_an_exec_replaces_it() {
+        let mut child = std::process::Command::new("/bin/sh")
+            .args(["-c", "read x; exec sleep 30"])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut watched = Watched::launched(child.id()).unwrap().unwrap();
+        watched.settle();
+        assert_eq!(watched.comm(), Some("sh"));
+        assert!(watched.start().is_some());
+        assert_eq!(watched.check(), Liveness::Running);
+        // The process executes another program: same pid, same start, another name.
+        drop(child.stdin.take());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while watched.check() == Liveness::Running && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(
+            watched.check(),
+            Liveness::Replaced {
+                was: "sh".to_owned(),
+                now: "sleep".to_owned()
+            }
+        );
+        let reopen = || Watched::reopen(watched.pid(), watched.start(), Some("sh".to_owned()));
+        let again = reopen().unwrap().unwrap();
+        assert!(matches!(again.check(), Liveness::Replaced { .. }));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(watched.check(), Liveness::Ended);
+        assert!(reopen().unwrap().is_none());
+    }
+
+    #[test]
+    fn a_reused_pid_is_not_the_agent() {
+        let watched = Watched::reopen(std::process::id(), Some(1), None).unwrap();
+        assert!(watched.is_none(), "this process did not start at tick 1");
+    }
+
+    #[test]
+    fn a_name_with_spaces_and_parentheses_is_read_whole() {
+        let fields: Vec<String> = (3..=52).map(|n| n.to_string()).collect();
+        let text = format!("4242 (a) b (c) {}\n", fields.join(" "));
+        let stat = parse_stat(&text).unwrap();
+        assert_eq!(stat.comm, "a) b (c");
+        assert_eq!(stat.start, 22);
+        assert!(parse_stat("4242 (x) S 1").is_none());
+    }
+
+    #[test]
+    fn a_killed_process_has_ended() {
+        let mut child = std::process::Command::new("/bin/sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let watched = Watched::launched(child.id()).unwrap().unwrap();
+        assert_eq!(watched.comm(), Some("sleep"));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(watched.check(), Liveness::Ended);
+        assert_eq!(
+            Liveness::Ended.why_gone(7).as_deref(),
+            Some("its process (pid 7) ended")
+        );
+    }
+}
