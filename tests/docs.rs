@@ -58,11 +58,12 @@ fn every_threat_names_tests_that_exist() {
 #[test]
 fn the_audit_event_table_matches_the_code() {
     use std::collections::BTreeSet;
-    const KINDS: [&str; 4] = [
+    const KINDS: [&str; 5] = [
         "spawn.request",
         "spawn.reply",
         "agent.message",
         "agent.open",
+        "agent.unblock",
     ];
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let text = std::fs::read_to_string(root.join("docs/operations.md")).unwrap();

@@ -154,6 +154,63 @@ fn an_agent_process_that_executes_another_program_is_no_longer_the_agent() {
     assert_eq!(roster_entry(&host, &agent)["status"], "down");
 }
 
+#[test]
+fn a_fake_prompt_blocks_the_agent_shows_its_line_to_the_operator_and_can_be_cleared() {
+    let (host, primary) = host("");
+    let (agent, pane) = host.spawn("worker", "w1");
+    let token = host.pane_var(&pane, "FLEETD_AGENT_TOKEN");
+    // A sibling writes a prompt onto the agent's terminal (the login user owns its pty).
+    let tty = host.tmux_text(&["display-message", "-p", "-t", &pane, "#{pane_tty}"]);
+    let fake = "Do you want to proceed? (y/n)";
+    let wrote = common::identities::as_user(host.au, host.ag, "/bin/sh")
+        .args(["-c", &format!("printf '%s\\n' '{fake}' > {}", tty.trim())])
+        .output()
+        .unwrap();
+    assert!(wrote.status.success(), "{wrote:?}");
+    let sent = host.operator(&[
+        "send",
+        &agent,
+        "held behind the prompt",
+        "--from",
+        &primary,
+        "--json",
+    ]);
+    let id = sent["id"].as_str().unwrap().to_owned();
+    audited(&host, "message.blocked", &id);
+    let entry = eventually("the roster at blocked", Duration::from_secs(10), || {
+        let entry = roster_entry(&host, &agent);
+        (entry["status"] == "blocked").then_some(entry)
+    });
+    assert!(
+        entry["why"].as_str().unwrap_or_default().contains(fake),
+        "the operator sees the line: {entry}"
+    );
+    // An agent's roster never carries another pane's line.
+    let seen_by_agent = host.request(&json!({"op": "roster", "token": token}));
+    assert!(!seen_by_agent.to_string().contains(fake), "{seen_by_agent}");
+    assert_eq!(
+        host.operator(&["delivery", &id, "--json"])["state"],
+        "queued"
+    );
+    // The operator clears it: the message is typed, the agent is ready again.
+    let cleared = host.operator(&["agent", "unblock", &agent, "--json"]);
+    assert_eq!(cleared["dismissed"], fake, "{cleared}");
+    eventually("the message typed", Duration::from_secs(10), || {
+        let shown = host.tmux_text(&["capture-pane", "-p", "-J", "-t", &pane, "-S", "-100"]);
+        shown.contains("held behind the prompt]").then_some(())
+    });
+    assert_eq!(roster_entry(&host, &agent)["status"], "ready");
+    let record = audited(&host, "agent.unblocked", &agent);
+    assert!(!record.contains(fake), "the line is not audited: {record}");
+    // Nothing to clear now: said so.
+    let again = host.operator_raw(&["agent", "unblock", &agent]);
+    assert!(!again.status.success());
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("not blocked by a prompt"),
+        "{again:?}"
+    );
+}
+
 /// A fake server replaces the real socket (the login user owns its directory). fleetd's
 /// sweep and token checks talk to it: it asks for the host key, a write into the state
 /// directory and a shell; nothing is read, written or run, each refusal is audited, and the

@@ -389,3 +389,33 @@ fn a_fake_server_asking_to_open_files_or_exec_a_shell_is_refused_and_reported() 
     assert!(alarms[1].contains(&format!("`{}` for writing", planted.display())));
     assert!(alarms[2].contains("exec a shell (MSG_SHELL)"), "{alarms:?}");
 }
+
+/// A hook that prints another pane's id — even behind the new window's name — after the
+/// window fleetd opens: fleetd takes the id tmux printed for the new window, never the hook's.
+#[test]
+fn a_hook_printing_another_panes_id_does_not_redirect_a_launch() {
+    let server = Server::start();
+    let tmux = server.tmux();
+    let keep = tmux_out(&server, &["list-panes", "-a", "-F", "#{pane_id}"]);
+    let keep = keep.lines().next().unwrap().to_owned();
+    let hooks = [
+        format!("display-message -p '{keep}'"),
+        format!("display-message -p '#{{window_name}} {keep}'"),
+    ];
+    tmux_out(
+        &server,
+        &["set-hook", "-g", "after-new-window[0]", &hooks[0]],
+    );
+    tmux_out(
+        &server,
+        &["set-hook", "-g", "after-new-window[1]", &hooks[1]],
+    );
+    let pane = tmux
+        .launch(&launch(
+            &["/bin/sh", "-c", "echo launched-here; sleep 30"],
+            &[],
+        ))
+        .unwrap();
+    assert_ne!(pane.0, keep, "the hook's id was taken");
+    wait_shown(&tmux, &pane, "launched-here");
+}

@@ -120,6 +120,16 @@ pub struct LocalAgent {
     /// The process fleetd launched for it, as the kernel showed it (a pane agent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub process: Option<Process>,
+    /// Why it is `blocked` or `down`, for this host's operator (never announced, not stored).
+    #[serde(skip)]
+    pub why: Option<String>,
+    /// The screen line it is blocked on, when a prompt blocks it (not stored).
+    #[serde(skip)]
+    pub prompt: Option<String>,
+    /// A prompt line the operator said is not the agent's to answer: not a block while it
+    /// stays on screen (not stored).
+    #[serde(skip)]
+    pub dismissed: Option<String>,
 }
 
 /// A pane agent's process: what its token is bound to.
@@ -189,6 +199,12 @@ pub enum RegistryError {
     /// The id is another agent's (a reservation that collided).
     #[error("agent id {0} is taken")]
     IdTaken(Uuid),
+    /// No local agent has the id.
+    #[error("no local agent {0}")]
+    Unknown(Uuid),
+    /// The agent waits on no prompt (nothing to clear).
+    #[error("agent {0} is not blocked by a prompt")]
+    NotBlocked(Uuid),
     /// The record could not be encoded.
     #[error("cannot encode the agent record")]
     Encode(#[source] serde_json::Error),
@@ -243,6 +259,9 @@ impl Registry {
             owner: Owner::Operator,
             token: None,
             process: None,
+            why: None,
+            prompt: None,
+            dismissed: None,
         };
         self.store(&mut agents, id, agent)?;
         Ok(id)
@@ -313,6 +332,9 @@ impl Registry {
             owner: agent.owner,
             token: agent.token,
             process: agent.process,
+            why: None,
+            prompt: None,
+            dismissed: None,
         };
         self.store(&mut agents, id, record)?;
         Ok(id)
@@ -353,6 +375,8 @@ impl Registry {
         }
         agent.token = None;
         agent.status = Some(Status::Down);
+        agent.why = Some(why.to_owned());
+        agent.prompt = None;
         self.store(&mut agents, id, agent)?;
         let mut revoked = self
             .revoked
@@ -390,16 +414,53 @@ impl Registry {
         self.read().get(&id).and_then(|a| a.pane.clone())
     }
 
-    /// Sets what the roster says about agent `id` (announced with the next beat; not stored:
-    /// a restarted daemon learns it again).
-    pub fn set_status(&self, id: Uuid, status: Status) {
+    /// Sets what the roster says about agent `id` and why (announced with the next beat, the
+    /// reason to this host's operator only; not stored: a restarted daemon learns it again). A
+    /// prompt blocking it is set with [`Registry::set_prompt`].
+    pub fn set_status(&self, id: Uuid, status: Status, why: Option<String>) {
         let changed = self.write().get_mut(&id).is_some_and(|agent| {
-            let changed = agent.status != Some(status);
+            let changed = agent.status != Some(status) || agent.why != why;
             agent.status = Some(status);
+            agent.why = why;
+            if status != Status::Blocked {
+                agent.prompt = None;
+            }
             changed
         });
         if changed {
             self.changed.notify_one();
+        }
+    }
+
+    /// Agent `id` waits on `line`, a prompt on its screen.
+    pub fn set_prompt(&self, id: Uuid, line: &str) {
+        if let Some(agent) = self.write().get_mut(&id) {
+            agent.prompt = Some(line.to_owned());
+        }
+    }
+
+    /// The operator says agent `id`'s prompt is not the agent's to answer (a sibling wrote it on
+    /// its terminal): that line no longer blocks it while it stays on screen, and the agent is
+    /// `ready` again. Returns the line.
+    pub fn unblock(&self, id: Uuid) -> Result<String, RegistryError> {
+        let line = {
+            let mut agents = self.write();
+            let agent = agents.get_mut(&id).ok_or(RegistryError::Unknown(id))?;
+            let line = agent.prompt.take().ok_or(RegistryError::NotBlocked(id))?;
+            agent.dismissed = Some(line.clone());
+            agent.status = Some(Status::Ready);
+            agent.why = None;
+            line
+        };
+        self.changed.notify_one();
+        Ok(line)
+    }
+
+    /// Forgets a dismissed prompt line once it left the screen (a later prompt with the same
+    /// words blocks again).
+    pub fn forget_dismissed(&self, id: Uuid) {
+        if let Some(agent) = self.write().get_mut(&id) {
+            agent.dismissed = None;
         }
     }
 

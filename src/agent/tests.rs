@@ -70,7 +70,7 @@ fn each_registration_mints_a_new_id_and_only_a_lead_relaunch_keeps_its_own() {
     let b = register(&agents, "b", "p", "%2", Owner::Operator).unwrap();
     assert_ne!(a, b);
     let lead = register(&agents, "reviewer", "p", "%4", Owner::Lead).unwrap();
-    agents.set_status(lead, Status::Down);
+    agents.set_status(lead, Status::Down, None);
     let again = register(&agents, "reviewer", "p", "%5", Owner::Lead).unwrap();
     assert_eq!(again, lead, "a relaunched lead keeps its id");
     let relaunched = agents.agent(lead).unwrap();

@@ -284,10 +284,27 @@ pub fn scope(caller: Caller, request: Request) -> Result<Request, String> {
                 agent: Some(me),
             }),
         },
-        Request::Status {} | Request::AgentOpen { .. } => Err(
+        Request::Status {} | Request::AgentOpen { .. } | Request::AgentUnblock { .. } => Err(
             "this operation is the operator's: an agent token allows send, held.pull, held.ack, delivery, roster and the spawns its profile's `may_spawn` names"
                 .to_owned(),
         ),
+    }
+}
+
+/// Puts each note (`why`) on its agent's roster entry.
+fn add_notes(view: &mut Value, notes: &[(Uuid, String)]) {
+    let Some(hosts) = view["hosts"].as_array_mut() else {
+        return;
+    };
+    for agent in hosts
+        .iter_mut()
+        .filter_map(|h| h["agents"].as_array_mut())
+        .flatten()
+    {
+        let id = agent["id"].as_str().and_then(|i| Uuid::parse_str(i).ok());
+        if let Some((_, why)) = notes.iter().find(|(n, _)| Some(*n) == id) {
+            agent["why"] = json!(why);
+        }
     }
 }
 
@@ -333,11 +350,20 @@ fn answer(call: Call, state: &ApiState, peer: Peer, class: PeerClass) -> Value {
             "sandbox": state.sandbox,
         })),
         Request::Roster {} => match state.roster.lock() {
-            Ok(roster) => Ok(json!({"hosts": roster.view()})),
+            Ok(roster) => {
+                let mut view = json!({"hosts": roster.view()});
+                // Why this host's agents are blocked or down is the operator's to read (a
+                // prompt line is pane content): never an agent's, never announced.
+                if caller.agent().is_none() {
+                    add_notes(&mut view, &router.notes());
+                }
+                Ok(view)
+            }
             Err(_) => Err(crate::route::RouterError::Failed(
                 "roster unavailable".to_owned(),
             )),
         },
+        Request::AgentUnblock { id } => router.unblock(id),
         Request::AgentOpen { name } => router
             .open_agent(&name)
             .map(|id| json!({"id": id.to_string()})),

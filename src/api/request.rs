@@ -65,6 +65,12 @@ pub enum Request {
     /// Launches a profile here, or asks another host to.
     #[serde(rename = "spawn")]
     Spawn(SpawnAsk),
+    /// Clears the prompt local agent `id` is blocked on (the operator's).
+    #[serde(rename = "agent.unblock")]
+    AgentUnblock {
+        /// The agent's global id.
+        id: Uuid,
+    },
 }
 
 /// A request with the capability token it was sent with (a worker's `FLEETD_AGENT_TOKEN`).
@@ -145,6 +151,7 @@ impl Request {
             Request::HeldAck { .. } => "held.ack",
             Request::Delivery { .. } => "delivery",
             Request::Spawn(_) => "spawn",
+            Request::AgentUnblock { .. } => "agent.unblock",
         }
     }
 

@@ -40,6 +40,13 @@ pub enum AgentCommand {
         /// Its name on this host.
         name: String,
     },
+    /// Clear the prompt a pane agent is blocked on, when it is not the agent's (written onto
+    /// its terminal by someone else): its held messages are typed again. `fleetd roster` shows
+    /// the line.
+    Unblock {
+        /// The agent's global id.
+        id: String,
+    },
 }
 
 /// `text` (the argument `what`) as a global id, or exit 2 after saying so.
@@ -149,8 +156,11 @@ pub(super) fn roster(config: Option<&Path>, json_out: bool, out: &Output) -> Exi
                 .unwrap_or_default()
                 .iter()
                 .map(|a| {
+                    let why = a["why"]
+                        .as_str()
+                        .map_or(String::new(), |why| format!(": {why}"));
                     format!(
-                        "{} ({}, {})",
+                        "{} ({}, {}{why})",
                         a["name"].as_str().unwrap_or("?"),
                         a["profile"].as_str().unwrap_or("?"),
                         a["status"].as_str().unwrap_or("?")
@@ -311,6 +321,24 @@ pub(super) fn agent(
             out,
             |reply| vec![reply["id"].as_str().unwrap_or("?").to_owned()],
         ),
+        AgentCommand::Unblock { id } => {
+            let id = match id_arg(id, "ID", out) {
+                Ok(id) => id,
+                Err(code) => return code,
+            };
+            ask(
+                config,
+                Request::AgentUnblock { id },
+                json_out,
+                out,
+                |reply| {
+                    vec![format!(
+                        "cleared: `{}`",
+                        reply["dismissed"].as_str().unwrap_or("?")
+                    )]
+                },
+            )
+        }
     }
 }
 

@@ -225,6 +225,27 @@ impl Router for Gateway {
         }
     }
 
+    fn unblock(&self, id: Uuid) -> Result<Value, RouterError> {
+        let line = self.courier.agents().unblock(id).map_err(registry_error)?;
+        // The line is pane content: in the reply to the operator, not in the audit log.
+        (self.record)(vec![(
+            "agent.unblocked",
+            json!({"agent": id.to_string(), "by": "the operator"}),
+        )]);
+        tracing::info!(agent.id = %id, "the operator cleared an agent's prompt");
+        crate::broker::link::announce(&self.courier, &self.roster);
+        Ok(json!({"agent": id.to_string(), "dismissed": line}))
+    }
+
+    fn notes(&self) -> Vec<(Uuid, String)> {
+        self.courier
+            .agents()
+            .list()
+            .into_iter()
+            .filter_map(|(id, agent)| agent.why.map(|why| (id, why)))
+            .collect()
+    }
+
     fn delivery(&self, id: Uuid, sent_by: Option<Uuid>) -> Result<Option<Value>, RouterError> {
         let tracked = self
             .courier

@@ -144,15 +144,31 @@ fn inject_round(
                 .filter(|a| a.process.is_some())
                 .and_then(|a| {
                     let why = agent_gone(panes.mux, panes.processes, agent, a, &pane).ok()??;
-                    Some((Status::Down, why))
+                    Some(Block {
+                        status: Status::Down,
+                        reason: why,
+                        prompt: None,
+                    })
                 });
-            gone.or_else(|| block_reason(panes.mux, &pane, &typed))
+            let dismissed = local.as_ref().and_then(|a| a.dismissed.as_deref());
+            gone.or_else(|| block_reason(panes.mux, &pane, &typed, dismissed, courier, agent))
         };
-        if let Some((status, reason)) = reason {
+        if let Some(Block {
+            status,
+            reason,
+            prompt,
+        }) = reason
+        {
             stuck.insert(agent);
             // The roster says why its messages wait: an agent whose process ended is down (as
-            // the token sweep says too), one that waits for an answer is blocked.
-            courier.agents().set_status(agent, status);
+            // the token sweep says too), one that waits for an answer is blocked — with the
+            // line, for the operator, who may clear it (`fleetd agent unblock`).
+            courier
+                .agents()
+                .set_status(agent, status, Some(reason.clone()));
+            if let Some(line) = &prompt {
+                courier.agents().set_prompt(agent, line);
+            }
             if blocked.insert(message.id) {
                 warn!(msg.id = %message.id, agent.id = %agent, %reason, "message held: its pane agent is blocked");
                 record(vec![(
@@ -190,7 +206,7 @@ fn inject_round(
             }
         }
         blocked.remove(&message.id);
-        courier.agents().set_status(agent, Status::Ready);
+        courier.agents().set_status(agent, Status::Ready, None);
         match courier.injected(message.id) {
             Ok(_) => {
                 info!(msg.id = %message.id, agent.id = %agent, "message typed into its pane");
@@ -221,32 +237,59 @@ fn marker(id: Uuid) -> String {
     format!("msg {id}]")
 }
 
+/// Why nothing may be typed into a pane now.
+struct Block {
+    /// What the roster says.
+    status: Status,
+    /// Why, one line.
+    reason: String,
+    /// The screen line the agent waits on, when a prompt blocks it.
+    prompt: Option<String>,
+}
+
 /// Why nothing may be typed into `pane` now, if anything. `typed`: the lines fleetd typed there
-/// lately, whose echo does not count as the agent asking.
+/// lately, whose echo does not count as the agent asking; `dismissed`: a prompt line the
+/// operator cleared (forgotten once it left the screen).
 fn block_reason(
     mux: &dyn Multiplexer,
     pane: &PaneId,
     typed: &VecDeque<String>,
-) -> Option<(Status, String)> {
+    dismissed: Option<&str>,
+    courier: &Courier,
+    agent: Uuid,
+) -> Option<Block> {
+    let blocked = |reason: String| {
+        Some(Block {
+            status: Status::Blocked,
+            reason,
+            prompt: None,
+        })
+    };
     match mux.state(pane) {
         Ok(PaneState::Running) => {}
         Ok(PaneState::Exited(status)) => {
-            return Some((Status::Down, format!("its process exited ({status})")));
+            return Some(Block {
+                status: Status::Down,
+                reason: format!("its process exited ({status})"),
+                prompt: None,
+            });
         }
-        Err(error) => return Some((Status::Blocked, error.to_string())),
+        Err(error) => return blocked(error.to_string()),
     }
     if mux.blocked(pane) == Some(true) {
-        return Some((
-            Status::Blocked,
-            "the multiplexer reports the agent blocked".to_owned(),
-        ));
+        return blocked("the multiplexer reports the agent blocked".to_owned());
     }
     let shown = mux.read(pane, CHECK_LINES).ok()?;
-    asked(&shown, typed).map(|line| {
-        (
-            Status::Blocked,
-            format!("a prompt waits for an answer: {line}"),
-        )
+    if let Some(line) = dismissed
+        && !shown.lines().any(|l| is_line(l, line))
+    {
+        courier.agents().forget_dismissed(agent);
+    }
+    let line = asked(&shown, typed, dismissed)?;
+    Some(Block {
+        status: Status::Blocked,
+        reason: format!("a prompt waits for an answer: {line}"),
+        prompt: Some(line),
     })
 }
 
@@ -255,9 +298,9 @@ fn block_reason(
 /// out first when it is most of its screen line (a short prompt before it) or long enough not
 /// to be a phrase the agent prints itself. A sender cannot block an agent by typing `(y/n)`;
 /// an agent asking `Proceed? (y/n)` is still seen when someone typed `(y/n)`.
-fn asked(shown: &str, typed: &VecDeque<String>) -> Option<String> {
+fn asked(shown: &str, typed: &VecDeque<String>, dismissed: Option<&str>) -> Option<String> {
     shown.lines().find_map(|line| {
-        if line.contains(TYPED_PREFIX) {
+        if line.contains(TYPED_PREFIX) || dismissed.is_some_and(|d| is_line(line, d)) {
             return None;
         }
         let mut rest = line.to_owned();
@@ -271,6 +314,12 @@ fn asked(shown: &str, typed: &VecDeque<String>) -> Option<String> {
         }
         dialog_line(&rest)
     })
+}
+
+/// Whether screen line `shown` is `line` as a block reports it (trimmed, its first 120
+/// characters).
+fn is_line(shown: &str, line: &str) -> bool {
+    shown.trim().chars().take(120).eq(line.chars())
 }
 
 /// The unit typed for a held message: its frame, `[fleetd: from FLEET/HOST agent G, msg M] `,
@@ -477,24 +526,41 @@ mod tests {
         let none = VecDeque::new();
         // The first line of a typed message carries fleetd's prefix.
         let screen = "> [fleetd: from mac/laptop, msg 0190] continue? (y/n)\n";
-        assert_eq!(asked(screen, &none), None);
+        assert_eq!(asked(screen, &none, None), None);
         // A continuation line, or a short typed line behind a prompt.
         let lines = remembered(&["second line: Press Enter to continue", "(y/n)"]);
         let screen = "  second line: Press Enter to continue\n> (y/n)\n";
-        assert_eq!(asked(screen, &lines), None);
+        assert_eq!(asked(screen, &lines, None), None);
+    }
+
+    #[test]
+    fn a_dismissed_prompt_line_no_longer_blocks_but_another_does() {
+        let none = VecDeque::new();
+        let fake = "Do you want to proceed? (y/n)";
+        let screen = format!("  {fake}\nagent> ready\n");
+        assert_eq!(asked(&screen, &none, None).as_deref(), Some(fake));
+        assert_eq!(asked(&screen, &none, Some(fake)), None);
+        let later = format!("{screen}Allow this command? (y/n)\n");
+        assert_eq!(
+            asked(&later, &none, Some(fake)).as_deref(),
+            Some("Allow this command? (y/n)")
+        );
+        let long = format!("{} (y/n)", "x".repeat(200));
+        let shown = asked(&long, &none, None).unwrap();
+        assert_eq!(asked(&long, &none, Some(&shown)), None);
     }
 
     #[test]
     fn the_agent_asking_is_still_seen() {
         let none = VecDeque::new();
         assert_eq!(
-            asked("Do you trust the files in this folder?\n", &none).as_deref(),
+            asked("Do you trust the files in this folder?\n", &none, None).as_deref(),
             Some("Do you trust the files in this folder?")
         );
         // Someone typed `(y/n)` before; the agent's own question ends the same way.
         let lines = remembered(&["(y/n)"]);
         assert_eq!(
-            asked("Proceed with the edit? (y/n)\n", &lines).as_deref(),
+            asked("Proceed with the edit? (y/n)\n", &lines, None).as_deref(),
             Some("Proceed with the edit? (y/n)")
         );
     }

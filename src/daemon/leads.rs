@@ -93,7 +93,9 @@ fn check(gateway: &Gateway, lead: &Lead, watch: &mut Watch) {
             "lead.down",
             json!({"lead": lead.name, "agent": id.to_string(), "reason": reason}),
         )]);
-        courier.agents().set_status(*id, Status::Down);
+        courier
+            .agents()
+            .set_status(*id, Status::Down, Some(reason.clone()));
         watch.retry_at = Some(Instant::now() + backoff(watch.failures.max(1), BACKOFF_CAP));
     }
     if watch.retry_at.is_some_and(|at| Instant::now() < at) {

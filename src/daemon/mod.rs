@@ -130,6 +130,15 @@ pub async fn run(
     )));
     link::announce(&courier, &roster);
     tasks.spawn(keep_roster(Arc::clone(&roster), stopped.clone()));
+    if fabric.is_none() {
+        // Without a broker link (which announces on every change), the roster still shows
+        // this host's agents as they are: `blocked` or `down` as soon as the injector says so.
+        tasks.spawn(announce_changes(
+            Arc::clone(&courier),
+            Arc::clone(&roster),
+            stopped.clone(),
+        ));
+    }
     let roster_view = Arc::clone(&roster);
     let spawner = spawner(&config);
     let processes = Arc::new(gateway::Processes::default());
@@ -478,6 +487,20 @@ async fn every(
         }
         let work = Arc::clone(&work);
         let _ = tokio::task::spawn_blocking(move || work()).await;
+    }
+}
+
+/// Puts this host's agents into the roster whenever one changes (single-host mode).
+async fn announce_changes(
+    courier: Arc<Courier>,
+    roster: Arc<std::sync::Mutex<Roster>>,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            () = courier.agents().changed.notified() => link::announce(&courier, &roster),
+            _ = stop.changed() => return,
+        }
     }
 }
 

@@ -116,6 +116,13 @@ impl Watched {
         }
     }
 
+    /// Whether it started before `ticks` (see [`ticks_now`]), when `/proc` showed its start: a
+    /// process that did was not made by the launch fleetd asked for at `ticks`.
+    pub fn started_before(&self, ticks: u64) -> bool {
+        self.start
+            .is_some_and(|start| start.saturating_add(1) < ticks)
+    }
+
     /// Its process id.
     pub fn pid(&self) -> u32 {
         self.pid
@@ -151,6 +158,15 @@ impl Watched {
             None => Liveness::Running,
         }
     }
+}
+
+/// Now, in the clock ticks after boot that `/proc/PID/stat` counts start times in; `None`
+/// where `/proc/uptime` cannot be read.
+pub fn ticks_now() -> Option<u64> {
+    let uptime = std::fs::read_to_string("/proc/uptime").ok()?;
+    let (whole, hundredths) = uptime.split_whitespace().next()?.split_once('.')?;
+    let centis = whole.parse::<u64>().ok()?.checked_mul(100)? + hundredths.parse::<u64>().ok()?;
+    Some(centis.checked_mul(rustix::param::clock_ticks_per_second())? / 100)
 }
 
 const ESRCH: i32 = 3;
@@ -245,6 +261,24 @@ mod tests {
         child.wait().unwrap();
         assert_eq!(watched.check(), Liveness::Ended);
         assert!(reopen().unwrap().is_none());
+    }
+
+    #[test]
+    fn a_process_started_earlier_is_told_from_one_started_now() {
+        let asked = ticks_now().unwrap();
+        let mut child = std::process::Command::new("/bin/sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let fresh = Watched::launched(child.id()).unwrap().unwrap();
+        assert!(
+            !fresh.started_before(asked),
+            "started after it was asked for"
+        );
+        let old = Watched::launched(1).unwrap().unwrap();
+        assert!(old.started_before(asked), "pid 1 started at boot");
+        child.kill().unwrap();
+        child.wait().unwrap();
     }
 
     #[test]

@@ -114,6 +114,11 @@ pub trait Router: Send + Sync {
     /// outcome with its reasons. `by`: the local agent asking with its token (its profile's
     /// `may_spawn` must name the profile), or the operator.
     fn spawn(&self, ask: &SpawnAsk, by: Option<Uuid>) -> Result<Value, RouterError>;
+    /// The operator clears local agent `id`'s prompt (written on its terminal by someone else):
+    /// its held messages are typed again; the line dismissed.
+    fn unblock(&self, id: Uuid) -> Result<Value, RouterError>;
+    /// Why each local agent that is `blocked` or `down` is so (for this host's operator).
+    fn notes(&self) -> Vec<(Uuid, String)>;
 }
 
 #[cfg(test)]

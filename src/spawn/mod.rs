@@ -155,6 +155,7 @@ impl Spawner {
             Ok(launch) => launch,
             Err(reason) => return Outcome::Failed { reason },
         };
+        let asked = crate::pane::process::ticks_now();
         let pane = match self.mux.launch(&launch) {
             Ok(pane) => pane,
             Err(error) => {
@@ -167,6 +168,18 @@ impl Spawner {
         // and no later process that reuses its pid.
         let watched = match self.mux.pid(&pane).map(|pid| pid.map(Watched::launched)) {
             Ok(None) => None,
+            // The multiplexer named a pane whose process is older than the request: not the
+            // pane fleetd asked for (a hook or a fake server pointing at another agent's or
+            // the user's pane). Refused, and left alone: it is not fleetd's to close.
+            Ok(Some(Ok(Some(watched)))) if asked.is_some_and(|t| watched.started_before(t)) => {
+                return Outcome::Failed {
+                    reason: format!(
+                        "the multiplexer named pane {pane}, whose process (pid {}) started \
+                         before fleetd asked for it: not the pane fleetd launched",
+                        watched.pid()
+                    ),
+                };
+            }
             Ok(Some(Ok(Some(watched)))) => Some(watched),
             Ok(Some(Ok(None))) => None, // already ended: the gate reports its exit
             Ok(Some(Err(error))) => {

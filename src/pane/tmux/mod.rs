@@ -177,17 +177,24 @@ impl Multiplexer for Tmux {
             Err(_) => false,
         };
         let words = words.join(" ");
-        let script = self.launch_script(&words, exists)?;
-        let out = match self.script("launch", &script) {
+        let (script, window) = self.launch_script(&words, exists)?;
+        let (out, window) = match self.script("launch", &script) {
             // Another launch created the session a moment ago: open the window in it.
             Err(PaneError::Unavailable { detail, .. })
                 if !exists && detail.contains("duplicate session") =>
             {
-                self.script("launch", &self.launch_script(&words, true)?)?
+                let (script, window) = self.launch_script(&words, true)?;
+                (self.script("launch", &script)?, window)
             }
-            other => other?,
+            other => (other?, window),
         };
-        let id = out.lines().map(str::trim).rfind(|l| l.starts_with('%'));
+        // The id comes on the line that starts with the new window's unique name: whatever a
+        // hook prints beside it (`display-message -p '%0'`) names no pane of fleetd's.
+        let id = out.lines().find_map(|l| {
+            l.strip_prefix(&window)
+                .and_then(|rest| rest.strip_prefix(' '))
+                .filter(|id| valid_pane(&PaneId((*id).to_owned())).is_ok())
+        });
         match id {
             Some(id) => Ok(PaneId(id.to_owned())),
             None => Err(PaneError::Unavailable {
@@ -319,7 +326,7 @@ impl Tmux {
     }
 
     /// The `source-file` script that opens a window running `words` (`-c`, `-e`, `--`, argv,
-    /// quoted) and prints its pane id.
+    /// quoted) and prints its pane id behind the window's unique name; and that name.
     ///
     /// The agent's environment goes on its own window (`new-window -e`), never on the session:
     /// `new-session -e` would set the *session's* environment, which every later window
@@ -329,7 +336,11 @@ impl Tmux {
     /// would change the user's other windows), in the same command queue as `new-window`: the
     /// server runs the queue without handling the child's exit in between, so a process that
     /// ends at once still leaves its status behind.
-    fn launch_script(&self, words: &str, session_exists: bool) -> Result<String, PaneError> {
+    fn launch_script(
+        &self,
+        words: &str,
+        session_exists: bool,
+    ) -> Result<(String, String), PaneError> {
         let session = quote(&self.session)?;
         let window = unique_name("fleetd")?;
         let target = quote(&format!("{}:{window}", self.session))?;
@@ -342,13 +353,13 @@ impl Tmux {
             Some(quote(&format!("{}:{hold}", self.session))?)
         };
         script.push_str(&format!(
-            "new-window -d -t {session}: -n {window} -P -F '#{{pane_id}}' {words}\n\
+            "new-window -d -t {session}: -n {window} -P -F '{window} #{{pane_id}}' {words}\n\
              set-option -w -t {target} remain-on-exit on\n"
         ));
         if let Some(hold) = placeholder {
             script.push_str(&format!("kill-window -t {hold}\n"));
         }
-        Ok(script)
+        Ok((script, window))
     }
 
     /// Makes the server reap children it was not told about. tmux built with libutempter (as
