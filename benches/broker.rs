@@ -62,6 +62,8 @@ const WINDOW: usize = 64;
 const THROUGHPUT_MESSAGES: usize = 3840;
 /// Raw, floor and fleetd take turns this many times.
 const BLOCKS: usize = 6;
+/// How much smaller the short mode is.
+const QUICK_SHARE: usize = 20;
 /// The floor's journal: pre-written, so that its durable writes allocate nothing.
 const JOURNAL_PAGES: u64 = 256;
 
@@ -198,7 +200,7 @@ impl Side {
             name,
             acked,
             total: 0,
-            latencies: Vec::with_capacity(ROUNDS),
+            latencies: Vec::with_capacity(rounds()),
             busy: Duration::ZERO,
         }
     }
@@ -206,7 +208,7 @@ impl Side {
     /// One block: round trips one at a time (until the receiver acked), then a burst with up to
     /// [`WINDOW`] started at once, timed until the receiver acked all of it.
     async fn block<F: Future<Output = Started>>(&mut self, start: impl Fn() -> F) {
-        for _ in 0..ROUNDS / BLOCKS {
+        for _ in 0..rounds() / BLOCKS {
             let t = Instant::now();
             start().await.await;
             self.total += 1;
@@ -214,7 +216,7 @@ impl Side {
             self.latencies.push(t.elapsed());
         }
         let t = Instant::now();
-        let mut remaining = THROUGHPUT_MESSAGES / BLOCKS;
+        let mut remaining = throughput_messages() / BLOCKS;
         while remaining > 0 {
             let batch = remaining.min(WINDOW);
             let mut started = Vec::with_capacity(batch);
@@ -226,7 +228,7 @@ impl Side {
             }
             remaining -= batch;
         }
-        self.total += THROUGHPUT_MESSAGES / BLOCKS;
+        self.total += throughput_messages() / BLOCKS;
         until(&mut self.acked, self.total, self.name).await;
         self.busy += t.elapsed();
     }
@@ -236,8 +238,32 @@ impl Side {
         (
             percentile(&mut self.latencies, 0.5),
             percentile(&mut self.latencies, 0.99),
-            THROUGHPUT_MESSAGES as f64 / self.busy.as_secs_f64(),
+            throughput_messages() as f64 / self.busy.as_secs_f64(),
         )
+    }
+}
+
+/// `cargo bench` passes `--bench`; run any other way (`cargo test --benches`, which the test
+/// command runs) this bench takes its short mode — every step, small — so that it cannot rot.
+fn quick() -> bool {
+    !std::env::args().any(|a| a == "--bench")
+}
+
+/// Round trips one at a time.
+fn rounds() -> usize {
+    if quick() {
+        ROUNDS / QUICK_SHARE
+    } else {
+        ROUNDS
+    }
+}
+
+/// Messages sent with a window in flight.
+fn throughput_messages() -> usize {
+    if quick() {
+        THROUGHPUT_MESSAGES / QUICK_SHARE
+    } else {
+        THROUGHPUT_MESSAGES
     }
 }
 
@@ -356,7 +382,7 @@ async fn main() {
     let inbound = Inbound::new(&me, pins, 120_000, receiver_state);
     // The intake of a window of one (the latency phase), timed: the part of a round trip that
     // only fleetd has (checks, and the durable hand-off before the ack).
-    let intakes = Arc::new(std::sync::Mutex::new(Vec::with_capacity(ROUNDS)));
+    let intakes = Arc::new(std::sync::Mutex::new(Vec::with_capacity(rounds())));
     let timed = Arc::clone(&intakes);
     // After the acks, the window's decisions go to the audit log's background writer, as the
     // link records them.
@@ -417,9 +443,10 @@ async fn main() {
             }
         }
     });
+    // Agent messages name their host (the key is `agent.HOST.ID`).
     let dest = Party {
         fleet: "guest".to_owned(),
-        host: String::new(),
+        host: "bench-r".to_owned(),
     };
     let send = |text: String| {
         let (sender, dest) = (Arc::clone(&sender), dest.clone());
@@ -471,7 +498,14 @@ async fn main() {
     let (fp50, fp99, floor_rate) = floor.report();
     let (op50, op99, ours_rate) = ours.report();
     println!(
-        "broker bench: {ROUNDS} round trips one at a time; {THROUGHPUT_MESSAGES} messages, {WINDOW} in flight; raw, floor and fleetd taking turns in {BLOCKS} blocks"
+        "broker bench{}: {} round trips one at a time; {} messages, {WINDOW} in flight; raw, floor and fleetd taking turns in {BLOCKS} blocks",
+        if quick() {
+            " (short mode: no figures to keep)"
+        } else {
+            ""
+        },
+        rounds(),
+        throughput_messages()
     );
     let line = |name: &str, p50: Duration, p99: Duration, rate: f64| {
         println!(

@@ -321,5 +321,13 @@ profiles = ["worker", "plain"]
             shown.contains(&format!("msg {hello}] hello unlabelled]")),
             "{shown}"
         );
+        // Over the real herdr, fleetd started nothing: no child process of its own (its
+        // Landlock plan allows no exec either: tests/sandbox.rs).
+        let daemon = cleanup.children[0].id();
+        let children: String = std::fs::read_dir(format!("/proc/{daemon}/task"))
+            .unwrap()
+            .filter_map(|t| std::fs::read_to_string(t.unwrap().path().join("children")).ok())
+            .collect();
+        assert_eq!(children.trim(), "", "fleetd's children: {children}");
     }
 }

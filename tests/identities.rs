@@ -195,20 +195,36 @@ fn agents_under_the_login_user_cannot_reach_fleetds_files_or_authority() {
     drop(session);
 
     // The agents own the server. A hook runs in the queue of the client whose command fired
-    // it: one makes that client read fleetd's host key into a buffer, another write a buffer
-    // into fleetd's state directory. fleetd's token sweep lists panes every 2 s, and its
-    // client opens neither path: both are refused, logged and audited; the failing hook makes
-    // the sweep's call fail, which revokes nothing.
-    let host_key = std::fs::read(cred.join("host-key")).unwrap();
+    // it: hooks make that client read each of fleetd's files into a buffer (credentials, host
+    // key, state, audit log, config), write a buffer into fleetd's state directory and over
+    // its audit log. fleetd's token sweep lists panes every 2 s, and its client opens none of
+    // those paths: each is refused, logged and audited; the failing hooks make the sweep's
+    // call fail, which revokes nothing.
+    let config = host.paths.config.clone();
+    let targets = [
+        ("host-key", cred.join("host-key")),
+        ("broker-uri", cred.join("broker-uri")),
+        ("state.redb", state.join("state.redb")),
+        ("audit.jsonl", state.join("audit.jsonl")),
+        ("fleetd.toml", config.clone()),
+    ];
+    let before: Vec<Vec<u8>> = targets
+        .iter()
+        .map(|(_, path)| std::fs::read(path).unwrap())
+        .collect();
     let planted = state.join("planted");
     tmux(&["set-buffer", "-b", "bait", "written by a hook"]);
-    let read_hook = format!("load-buffer -b stolen {}", cred.join("host-key").display());
-    let write_hook = format!("save-buffer -b bait {}", planted.display());
-    for (slot, hook) in [
-        ("after-list-panes[0]", &read_hook),
-        ("after-list-panes[1]", &write_hook),
-    ] {
-        let set = tmux(&["set-hook", "-g", slot, hook]);
+    let mut hooks: Vec<String> = targets
+        .iter()
+        .map(|(name, path)| format!("load-buffer -b stolen-{name} {}", path.display()))
+        .collect();
+    hooks.push(format!("save-buffer -b bait {}", planted.display()));
+    hooks.push(format!(
+        "save-buffer -b bait {}",
+        state.join("audit.jsonl").display()
+    ));
+    for (n, hook) in hooks.iter().enumerate() {
+        let set = tmux(&["set-hook", "-g", &format!("after-list-panes[{n}]"), hook]);
         assert!(set.status.success(), "set-hook: {set:?}");
     }
     let audited = eventually(
@@ -220,26 +236,48 @@ fn agents_under_the_login_user_cannot_reach_fleetds_files_or_authority() {
                 .lines()
                 .filter(|l| l.contains("\"multiplexer.refused\""))
                 .collect();
-            (refused
-                .iter()
-                .any(|l| l.contains("host-key") && l.contains("for reading"))
-                && refused
+            let read = |name: &str| {
+                refused
                     .iter()
-                    .any(|l| l.contains("planted") && l.contains("for writing")))
+                    .any(|l| l.contains(name) && l.contains("for reading"))
+            };
+            let written = |name: &str| {
+                refused
+                    .iter()
+                    .any(|l| l.contains(name) && l.contains("for writing"))
+            };
+            (targets.iter().all(|(name, _)| read(name))
+                && written("planted")
+                && written("audit.jsonl"))
             .then(|| refused.join("\n"))
         },
     );
     assert!(!audited.is_empty());
-    let stolen = tmux(&["show-buffer", "-b", "stolen"]);
-    assert!(
-        stolen.stdout.is_empty(),
-        "a buffer holds the host key: {stolen:?}"
-    );
+    for ((name, path), bytes) in targets.iter().zip(&before) {
+        let stolen = tmux(&["show-buffer", "-b", &format!("stolen-{name}")]);
+        assert!(
+            stolen.stdout.is_empty(),
+            "a buffer holds {name}: {stolen:?}"
+        );
+        let now = std::fs::read(path).unwrap();
+        if *name == "audit.jsonl" {
+            // Only appended to (by fleetd): never replaced.
+            assert!(now.starts_with(bytes), "the audit log was rewritten");
+        } else if *name != "state.redb" {
+            assert_eq!(&now, bytes, "{name} changed");
+        }
+    }
     assert!(
         !planted.exists(),
         "a hook wrote into fleetd's state directory"
     );
-    assert_eq!(std::fs::read(cred.join("host-key")).unwrap(), host_key);
+    let verified = host.operator_raw(&[
+        "audit",
+        "verify",
+        "--file",
+        state.join("audit.jsonl").to_str().unwrap(),
+    ]);
+    assert!(verified.status.success(), "{verified:?}");
     host.wait_log(
         &["asked fleetd for something it never does"],
         Duration::from_secs(5),
@@ -266,16 +304,44 @@ fn agents_under_the_login_user_cannot_reach_fleetds_files_or_authority() {
         let dead = tmux(&["display-message", "-p", "-t", pane_id, "#{pane_dead}"]);
         (String::from_utf8_lossy(&dead.stdout).trim() == "1").then_some(())
     });
-    let refused = host.request(&json!({"op": "roster", "token": token}));
-    assert!(
-        refused["error"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("revoked"),
-        "{refused}"
-    );
+    host.assert_revoked(&token);
 
+    // After every attack: the canary credential and the host key's seed are in no tmux buffer,
+    // no pane, no line fleetd logged, and no file outside fleetd's own directories.
+    let seed = String::from_utf8(before[0].clone()).unwrap();
+    let seed = seed.trim().trim_start_matches("ed25519-seed:").to_owned();
+    let canaries = ["canary-password", seed.as_str()];
+    let mut exposed = host.tmux_text(&["list-buffers", "-F", "#{buffer_name}"]);
+    for buffer in exposed.clone().lines() {
+        exposed.push_str(&host.tmux_text(&["show-buffer", "-b", buffer]));
+    }
+    for pane in host
+        .tmux_text(&["list-panes", "-a", "-F", "#{pane_id}"])
+        .lines()
+    {
+        exposed.push_str(&host.tmux_text(&["capture-pane", "-p", "-t", pane, "-S", "-2000"]));
+    }
     host.stop();
+    exposed.push_str(&host.seen.borrow());
+    if let Some(log) = &host.log {
+        exposed.extend(log.try_iter());
+    }
+    for dir in [&host.paths.out, &host.paths.work, &host.paths.tmux_dir] {
+        for file in common::identities::walk(dir)
+            .into_iter()
+            .filter(|p| p.is_file())
+        {
+            exposed.push_str(&String::from_utf8_lossy(
+                &std::fs::read(&file).unwrap_or_default(),
+            ));
+        }
+    }
+    for canary in canaries {
+        assert!(
+            !exposed.contains(canary),
+            "a canary left fleetd's directories"
+        );
+    }
     let audit = host.audit();
     let refusals = audit
         .lines()

@@ -474,3 +474,76 @@ fn an_unknown_protocol_is_refused_at_open() {
     let missing = Herdr::open(&dir.path().join("absent.sock")).unwrap_err();
     assert!(missing.to_string().contains("cannot connect"), "{missing}");
 }
+
+/// A stand-in herdr (a test double: a real herdr creates the tab it is asked for) that answers
+/// `tab.create` with a pane that already existed — the user's, whose shell started long before
+/// (it names pid 1) — and records every call. fleetd types nothing into it and does not close
+/// it; and a reply line that never ends fills no memory.
+#[test]
+fn a_herdr_naming_a_pane_it_did_not_just_create_gets_nothing_typed_into_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("herdr.sock");
+    let listener = UnixListener::bind(&socket).unwrap();
+    let calls = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let seen = Arc::clone(&calls);
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let mut line = String::new();
+            if BufReader::new(&stream).read_line(&mut line).is_err() {
+                continue;
+            }
+            let request: serde_json::Value = serde_json::from_str(&line).unwrap();
+            let method = request["method"].as_str().unwrap_or_default().to_owned();
+            seen.lock().unwrap().push(method.clone());
+            let result = match method.as_str() {
+                "ping" => json!({"type": "pong", "version": "0.8.2", "protocol": 20}),
+                "events.subscribe" => json!({"type": "subscribed"}),
+                "workspace.list" => {
+                    json!({"workspaces": [{"workspace_id": "w1", "label": "fleetd"}]})
+                }
+                "tab.create" => json!({"root_pane": {"pane_id": "w1:p1"}}),
+                "pane.process_info" => {
+                    json!({"process_info": {"shell_pid": 1, "foreground_process_group_id": 1}})
+                }
+                "pane.list" => json!({"panes": [{"pane_id": "w1:p1"}]}),
+                "pane.get" => {
+                    // A reply that never ends its line.
+                    let chunk = vec![b'x'; 1 << 20];
+                    for _ in 0..40 {
+                        if stream.write_all(&chunk).is_err() {
+                            break;
+                        }
+                    }
+                    continue;
+                }
+                _ => json!({}),
+            };
+            let reply = json!({"id": request["id"], "result": result});
+            let _ = stream.write_all(format!("{reply}\n").as_bytes());
+        }
+    });
+    let herdr = Herdr::open(&socket).unwrap();
+    let error = herdr
+        .launch(&launch(&["/bin/sh", "-c", "echo hi"], &[], dir.path()))
+        .unwrap_err();
+    assert!(
+        error.to_string().contains("started before fleetd asked"),
+        "{error}"
+    );
+    let called = calls.lock().unwrap().clone();
+    for never in [
+        "pane.send_input",
+        "agent.prompt",
+        "pane.close",
+        "agent.start",
+    ] {
+        assert!(
+            !called.iter().any(|c| c == never),
+            "{never} was called: {called:?}"
+        );
+    }
+    // An endless reply is cut off, not read into memory.
+    let endless = herdr.state(&PaneId("w1:p1".to_owned()));
+    assert!(endless.is_err(), "{endless:?}");
+}

@@ -439,7 +439,21 @@ impl Multiplexer for Herdr {
                 env.insert("FLEETD_RUN".to_owned(), run_script(&launch.argv)?);
             }
         }
+        let asked = super::process::ticks_now();
         let pane = self.new_pane(cwd, &env)?;
+        // Nothing is typed into a pane whose process is older than the request: herdr named a
+        // pane it did not just create for fleetd (a fake or confused server). Left alone — it
+        // is not fleetd's to close.
+        if let Some(asked) = asked
+            && let Some(pid) = self.pid(&pane)?
+            && let Ok(Some(process)) = super::process::Watched::launched(pid)
+            && process.started_before(asked)
+        {
+            return Err(PaneError::Refused(format!(
+                "herdr named pane {pane}, whose process (pid {pid}) started before fleetd asked \
+                 for a pane: nothing typed into it"
+            )));
+        }
         let started = match kind {
             Some(kind) => self.start_agent(&pane, kind, launch.argv.get(1..).unwrap_or_default()),
             None => {
@@ -556,6 +570,9 @@ impl Multiplexer for Herdr {
 }
 
 /// One request to the socket at `path` on its own connection: the `result`, or the error.
+/// The longest reply line fleetd reads (a 1,000-row `pane.read` is far below it).
+const MAX_REPLY: u64 = 16 << 20;
+
 fn request(path: &Path, id: &str, method: &'static str, params: Value) -> Result<Value, PaneError> {
     let unavailable = |detail: String| PaneError::Unavailable {
         backend: BACKEND,
@@ -574,7 +591,8 @@ fn request(path: &Path, id: &str, method: &'static str, params: Value) -> Result
         .write_all(line.as_bytes())
         .map_err(|e| unavailable(e.to_string()))?;
     let mut reply = String::new();
-    BufReader::new(stream)
+    // A reply is one line, bounded: a server that never ends its line fills no memory.
+    BufReader::new(std::io::Read::take(stream, MAX_REPLY))
         .read_line(&mut reply)
         .map_err(|e| unavailable(e.to_string()))?;
     let reply: Value = serde_json::from_str(&reply)
@@ -639,8 +657,10 @@ fn watch_events(socket: &Path, ours: &Mutex<Ours>, stop: &AtomicBool) -> Result<
             reconciled = Instant::now();
         }
         let mut pushed = String::new();
-        match reader.read_line(&mut pushed) {
+        // Each event line bounded: a server that never ends one is dropped and reconnected.
+        match std::io::Read::take(&mut reader, MAX_REPLY).read_line(&mut pushed) {
             Ok(0) => return Err(()),
+            Ok(n) if n as u64 >= MAX_REPLY && !pushed.ends_with('\n') => return Err(()),
             Ok(_) => apply(ours, &pushed),
             Err(e)
                 if matches!(

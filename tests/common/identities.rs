@@ -342,6 +342,18 @@ impl Host {
         std::fs::read_to_string(self.paths.state.join("audit.jsonl")).unwrap_or_default()
     }
 
+    /// Asserts that `token` is refused as revoked.
+    pub fn assert_revoked(&self, token: &str) {
+        let refused = self.request(&serde_json::json!({"op": "roster", "token": token}));
+        assert!(
+            refused["error"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("revoked"),
+            "{refused}"
+        );
+    }
+
     /// A local API request, raw.
     pub fn request(&self, line: &Value) -> Value {
         super::raw_request(&self.paths.run.join("fleetd.sock"), line)

@@ -214,17 +214,8 @@ impl Multiplexer for Tmux {
     }
 
     fn pid(&self, pane: &PaneId) -> Result<Option<u32>, PaneError> {
-        valid_pane(pane)?;
-        let out = self.run(
-            "list-panes",
-            &["list-panes", "-a", "-F", "#{pane_id} #{pane_pid}"],
-            b"",
-        )?;
-        let line = out
-            .lines()
-            .find(|l| l.split_whitespace().next() == Some(pane.0.as_str()))
-            .ok_or_else(|| PaneError::NoPane(pane.clone()))?;
-        Ok(line.split_whitespace().nth(1).and_then(|p| p.parse().ok()))
+        let fields = self.pane_line(pane, "#{pane_pid}")?;
+        Ok(fields.first().and_then(|p| p.parse().ok()))
     }
 
     fn read(&self, pane: &PaneId, lines: usize) -> Result<String, PaneError> {
@@ -375,24 +366,22 @@ impl Tmux {
 
     /// Whether `pane` is dead, and its exit status once tmux knows it.
     fn pane_fields(&self, pane: &PaneId) -> Result<(bool, Option<i32>), PaneError> {
-        // `display-message -t` on a missing pane prints nothing and succeeds: list instead.
-        let out = self.run(
-            "list-panes",
-            &[
-                "list-panes",
-                "-a",
-                "-F",
-                "#{pane_id} #{pane_dead} #{pane_dead_status}",
-            ],
-            b"",
-        )?;
+        let fields = self.pane_line(pane, "#{pane_dead} #{pane_dead_status}")?;
+        let dead = fields.first().is_some_and(|d| d == "1");
+        Ok((dead, fields.get(1).and_then(|s| s.parse().ok())))
+    }
+
+    /// `pane`'s fields in `format` (space-separated), from `list-panes -a`: `display-message
+    /// -t` on a missing pane prints nothing and succeeds, a listing says it is gone.
+    fn pane_line(&self, pane: &PaneId, format: &str) -> Result<Vec<String>, PaneError> {
+        valid_pane(pane)?;
+        let format = format!("#{{pane_id}} {format}");
+        let out = self.run("list-panes", &["list-panes", "-a", "-F", &format], b"")?;
         let line = out
             .lines()
             .find(|l| l.split_whitespace().next() == Some(pane.0.as_str()))
             .ok_or_else(|| PaneError::NoPane(pane.clone()))?;
-        let mut fields = line.split_whitespace().skip(1);
-        let dead = fields.next() == Some("1");
-        Ok((dead, fields.next().and_then(|s| s.parse().ok())))
+        Ok(line.split_whitespace().skip(1).map(str::to_owned).collect())
     }
 }
 
