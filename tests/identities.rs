@@ -291,10 +291,15 @@ fn agents_under_the_login_user_cannot_reach_fleetds_files_or_authority() {
     assert!(served.get("error").is_none(), "{served}");
     tmux(&["set-hook", "-gu", "after-list-panes"]);
     host.wait_log(&["the multiplexer answers again"], Duration::from_secs(5));
-    let audit = host.audit();
-    assert!(
-        audit.contains("\"multiplexer.failing\"") && audit.contains("\"multiplexer.recovered\""),
-        "{audit}"
+    let audit = eventually(
+        "failing, then recovered, audited",
+        Duration::from_secs(5),
+        || {
+            let audit = host.audit();
+            (audit.contains("\"multiplexer.failing\"")
+                && audit.contains("\"multiplexer.recovered\""))
+            .then_some(audit)
+        },
     );
     assert!(!audit.contains("\"agent.revoked\""), "{audit}");
 

@@ -298,7 +298,7 @@ impl Gateway {
     /// Revokes the token of every pane agent that is gone (one sweep; the daemon runs one every
     /// two seconds, and a token presented meanwhile is checked on the spot).
     pub(super) fn sweep_agents(&self) {
-        self.report_alarms();
+        self.check_multiplexer();
         for (id, agent) in self.courier.agents().list() {
             if agent.token.is_some()
                 && let Err(error) = self.retire_if_gone(id, &agent)
@@ -310,10 +310,12 @@ impl Gateway {
 }
 
 impl Gateway {
-    /// Logs and audits (`multiplexer.refused`) what the multiplexer's server asked of fleetd
-    /// and was refused since the last sweep: opening a path, running a command. A real server
-    /// asks neither of fleetd's client unless someone set a hook or stands in for it.
-    fn report_alarms(&self) {
+    /// Asks the multiplexer once (a change between answering and failing is logged and audited,
+    /// `multiplexer.failing` / `multiplexer.recovered`), then logs and audits
+    /// (`multiplexer.refused`) what its server asked of fleetd and was refused since the last
+    /// sweep: opening a path, running a command. A real server asks neither of fleetd's client
+    /// unless someone set a hook or stands in for it.
+    fn check_multiplexer(&self) {
         let Some(spawner) = &self.spawner else {
             return;
         };
@@ -324,29 +326,30 @@ impl Gateway {
         if let Ok(mut failing) = self.failing.lock()
             && *failing != failure
         {
+            // Recorded first: once the log says it, the audit log holds it.
             match &failure {
                 Some(reason) => {
-                    tracing::warn!(%reason, "the multiplexer does not answer; retrying every sweep");
                     (self.record)(vec![("multiplexer.failing", json!({ "reason": reason }))]);
+                    tracing::warn!(%reason, "the multiplexer does not answer; retrying every sweep");
                 }
                 None => {
-                    tracing::info!("the multiplexer answers again");
                     (self.record)(vec![("multiplexer.recovered", json!({}))]);
+                    tracing::info!("the multiplexer answers again");
                 }
             }
             *failing = failure;
         }
         let alarms = spawner.mux().alarms();
-        for alarm in &alarms {
-            tracing::warn!(%alarm, "the multiplexer's server asked fleetd for something it never does: refused");
-        }
         if !alarms.is_empty() {
             (self.record)(
                 alarms
-                    .into_iter()
+                    .iter()
                     .map(|alarm| ("multiplexer.refused", json!({ "request": alarm })))
                     .collect(),
             );
+        }
+        for alarm in &alarms {
+            tracing::warn!(%alarm, "the multiplexer's server asked fleetd for something it never does: refused");
         }
     }
 }
@@ -370,13 +373,25 @@ pub(super) fn agent_gone(
     };
     let liveness = processes.check(id, process);
     if liveness == Liveness::Ended {
-        // The kernel says it ended; the pane may still know how (a detail, not the decision).
-        return Ok(Some(match mux.state(pane) {
-            Ok(PaneState::Exited(status)) if status >= 0 => format!(
-                "its process (pid {}) exited with status {status}",
+        // The kernel says it ended; the pane may know how — a detail, not the decision — once
+        // the server has noticed (it may be a moment behind the kernel: asked for up to 1 s).
+        let mut status = None;
+        for _ in 0..10 {
+            match mux.state(pane) {
+                Ok(PaneState::Running) => std::thread::sleep(std::time::Duration::from_millis(100)),
+                Ok(PaneState::Exited(code)) if code >= 0 => {
+                    status = Some(code);
+                    break;
+                }
+                _ => break,
+            }
+        }
+        return Ok(Some(match status {
+            Some(code) => format!(
+                "its process (pid {}) exited with status {code}",
                 process.pid
             ),
-            _ => format!("its process (pid {}) ended", process.pid),
+            None => format!("its process (pid {}) ended", process.pid),
         }));
     }
     if let Some(why) = liveness.why_gone(process.pid) {

@@ -12,7 +12,7 @@ use serde_json::json;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use super::gateway::{Gateway, why_gone};
+use super::gateway::{Gateway, agent_gone};
 use super::spawning::checked_request;
 use crate::agent::{Owner, Status};
 use crate::broker::link::backoff;
@@ -69,15 +69,19 @@ fn check(gateway: &Gateway, lead: &Lead, watch: &mut Watch) {
         .as_ref()
         .and_then(|(_, agent)| agent.pane.clone())
         .map(PaneId);
-    let why_down = match &pane {
-        None => Some("not running".to_owned()),
-        Some(pane) => match why_gone(spawner.mux().as_ref(), pane) {
-            Ok(why) => why,
-            Err(error) => {
-                warn!(lead = %lead.name, %error, "cannot check a lead");
-                return;
+    // The same judgement as the token sweep's: the kernel's watch on the lead's process
+    // first, so that a respawned or replaced lead pane is relaunched, not kept.
+    let why_down = match (&pane, &registered) {
+        (None, _) | (_, None) => Some("not running".to_owned()),
+        (Some(pane), Some((id, agent))) => {
+            match agent_gone(spawner.mux().as_ref(), &gateway.processes, *id, agent, pane) {
+                Ok(why) => why,
+                Err(error) => {
+                    warn!(lead = %lead.name, %error, "cannot check a lead");
+                    return;
+                }
             }
-        },
+        }
     };
     let Some(reason) = why_down else {
         watch.failures = 0;
