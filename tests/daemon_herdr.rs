@@ -189,27 +189,26 @@ profiles = ["reviewer", "crashing"]
         let work = host.work_dir();
         let agent = "echo 'agent> ready'; while read -r line; do echo \"got:[$line]\"; \
                      case \"$line\" in *please-ask*) echo 'Allow this command? (y/n)';; esac; done";
-        host.policy(&[(
-            "00-policy.toml",
+        // The same agent twice: `worker` (labelled below), `plain` (started without a label).
+        let profile = |name: &str| {
             format!(
-                r#"[profile.worker]
+                r#"[profile.{name}]
 description = "A scripted agent with a prompt."
 argv = ["/bin/sh", "-c", '''{agent}''']
 roots = ["{work}"]
 max_instances = 1
-[profile.worker.ready]
+[profile.{name}.ready]
 pattern = "^agent> ready"
 timeout_secs = 15
-
-[profile.plain]
-description = "The same agent, started without a label."
-argv = ["/bin/sh", "-c", '''{agent}''']
-roots = ["{work}"]
-max_instances = 1
-[profile.plain.ready]
-pattern = "^agent> ready"
-timeout_secs = 15
-
+"#,
+                work = work.display()
+            )
+        };
+        host.policy(&[(
+            "00-policy.toml",
+            format!(
+                r#"{worker}
+{plain}
 [[grant]]
 id = "own"
 description = "This host's primary."
@@ -217,7 +216,8 @@ fleets = ["{fleet}"]
 hosts = ["h1"]
 profiles = ["worker", "plain"]
 "#,
-                work = work.display()
+                worker = profile("worker"),
+                plain = profile("plain"),
             ),
         )]);
         let server = HerdrServer::start();

@@ -373,25 +373,13 @@ pub(super) fn agent_gone(
     };
     let liveness = processes.check(id, process);
     if liveness == Liveness::Ended {
-        // The kernel says it ended; the pane may know how — a detail, not the decision — once
-        // the server has noticed (it may be a moment behind the kernel: asked for up to 1 s).
-        let mut status = None;
-        for _ in 0..10 {
-            match mux.state(pane) {
-                Ok(PaneState::Running) => std::thread::sleep(std::time::Duration::from_millis(100)),
-                Ok(PaneState::Exited(code)) if code >= 0 => {
-                    status = Some(code);
-                    break;
-                }
-                _ => break,
-            }
-        }
-        return Ok(Some(match status {
-            Some(code) => format!(
+        // The kernel says it ended; the pane may know how (a detail, not the decision).
+        return Ok(Some(match mux.state(pane) {
+            Ok(PaneState::Exited(code)) if code >= 0 => format!(
                 "its process (pid {}) exited with status {code}",
                 process.pid
             ),
-            None => format!("its process (pid {}) ended", process.pid),
+            _ => format!("its process (pid {}) ended", process.pid),
         }));
     }
     if let Some(why) = liveness.why_gone(process.pid) {

@@ -25,7 +25,7 @@ use crate::broker::deliver::{Courier, Held};
 use crate::broker::link::Recorder;
 use crate::pane::{Multiplexer, PaneId, PaneState};
 use crate::scrub::Scrubber;
-use crate::spawn::dialog_line;
+use crate::spawn::{dialog_line, reported_line};
 
 /// Lines of pane output checked for a blocking prompt before typing.
 const CHECK_LINES: usize = 30;
@@ -316,10 +316,9 @@ fn asked(shown: &str, typed: &VecDeque<String>, dismissed: Option<&str>) -> Opti
     })
 }
 
-/// Whether screen line `shown` is `line` as a block reports it (trimmed, its first 120
-/// characters).
+/// Whether screen line `shown` is `line` as a block reports it ([`reported_line`]).
 fn is_line(shown: &str, line: &str) -> bool {
-    shown.trim().chars().take(120).eq(line.chars())
+    reported_line(shown) == line
 }
 
 /// The unit typed for a held message: its frame, `[fleetd: from FLEET/HOST agent G, msg M] `,
@@ -348,7 +347,8 @@ fn typed(message: &Held) -> String {
         message.origin.host,
         marker(message.id)
     );
-    for (n, line) in text_lines(text).enumerate() {
+    // CR LF is one break; then every break character ends a line.
+    for (n, line) in text.replace("\r\n", "\n").split(is_break).enumerate() {
         if n > 0 {
             unit.push('\n');
             unit.push_str(CONTINUED);
@@ -361,28 +361,7 @@ fn typed(message: &Held) -> String {
 /// What every line of a message's text after its first starts with when typed.
 const CONTINUED: &str = "\u{250a} ";
 
-/// `text`'s lines, split at every line break a terminal, a shell or a parser may honour.
-fn text_lines(text: &str) -> impl Iterator<Item = &str> {
-    let mut rest = Some(text);
-    std::iter::from_fn(move || {
-        let current = rest?;
-        match current.char_indices().find(|(_, c)| is_break(*c)) {
-            Some((at, c)) => {
-                let mut next = at + c.len_utf8();
-                if c == '\r' && current[next..].starts_with('\n') {
-                    next += 1;
-                }
-                rest = Some(&current[next..]);
-                Some(&current[..at])
-            }
-            None => {
-                rest = None;
-                Some(current)
-            }
-        }
-    })
-}
-
+/// A line break a terminal, a shell or a parser may honour.
 fn is_break(c: char) -> bool {
     matches!(
         c,

@@ -69,18 +69,9 @@ impl Watched {
     /// Starts watching process `pid` now (at launch): its pid descriptor, and what `/proc`
     /// shows of it. `Ok(None)`: it has already ended.
     pub fn launched(pid: u32) -> std::io::Result<Option<Watched>> {
-        let pidfd = match open_pidfd(pid) {
-            Ok(fd) => fd,
-            Err(error) if error.raw_os_error() == Some(ESRCH) => return Ok(None),
-            Err(error) => return Err(error),
-        };
         let (start, comm) = stat(pid).map_or((None, None), |s| (Some(s.start), Some(s.comm)));
-        Ok(Some(Watched {
-            pid,
-            start,
-            comm,
-            pidfd,
-        }))
+        // Opened as after a restart: a pid that ended and was reused in between is not it.
+        Watched::reopen(pid, start, comm)
     }
 
     /// Watches process `pid` again (after a restart) as recorded: it must still exist, with

@@ -360,5 +360,10 @@ pub fn dialog_line(shown: &str) -> Option<String> {
             let lower = line.to_lowercase();
             DIALOGS.iter().any(|d| lower.contains(d))
         })
-        .map(|line| line.trim().chars().take(120).collect())
+        .map(reported_line)
+}
+
+/// A screen line as a dialog or prompt is reported: trimmed, its first 120 characters.
+pub fn reported_line(line: &str) -> String {
+    line.trim().chars().take(120).collect()
 }
