@@ -9,6 +9,15 @@
 //! the injector serves an agent after a start — or after a failed record — it looks for the
 //! marker of the agent's oldest held message in the pane's history and, if it is there, records
 //! the message as delivered instead of typing it again. Exactly once, with the pane as witness.
+//!
+//! **Delivered means submitted** where the agent's profile names its input line
+//! (`[profile.P.ready] input`): the text is typed, then Enter pressed once it shows, and the
+//! message counts as delivered only once its marker stands above the input line — the agent
+//! took it as its turn (or queued it as one). If it is still on the input line a moment later,
+//! Enter is pressed once more; if it stays there, the message stays held (the roster says
+//! `blocked`, with why) and is looked at again every round, and nothing is typed behind it: two
+//! messages are never glued into one turn. A TUI can drop an Enter that follows a paste at once
+//! (Claude Code 2.1 does, for its first message): that is why the Enter is a step of its own.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -20,6 +29,7 @@ use tracing::{info, warn};
 use uuid::Uuid;
 
 use super::gateway::{Processes, agent_gone};
+use super::policy::PolicyHandle;
 use crate::agent::Status;
 use crate::broker::deliver::{Courier, Held};
 use crate::broker::link::Recorder;
@@ -40,11 +50,18 @@ const TYPED_LINES: usize = 200;
 /// What every typed message line starts with.
 const TYPED_PREFIX: &str = "[fleetd: from ";
 
+/// How long typed text may take to show on the agent's screen before Enter is pressed anyway.
+const SHOWN_WITHIN: Duration = Duration::from_secs(1);
+
+/// How long the agent has to take a message after each Enter: the first, then the retry.
+const TAKEN_WITHIN: [Duration; 2] = [Duration::from_millis(1500), Duration::from_secs(3)];
+
 /// Types held messages into pane agents until `stop` turns true.
 pub async fn run(
     courier: Arc<Courier>,
     mux: Arc<dyn Multiplexer>,
     processes: Arc<Processes>,
+    policy: PolicyHandle,
     scrubber: Scrubber,
     record: Recorder,
     mut stop: watch::Receiver<bool>,
@@ -54,40 +71,46 @@ pub async fn run(
     // Agents whose pane history was searched since this start (see the module comment).
     let mut checked: HashSet<Uuid> = HashSet::new();
     let mut typed: HashMap<Uuid, VecDeque<String>> = HashMap::new();
+    let mut pending: HashMap<Uuid, Uuid> = HashMap::new();
     loop {
         tokio::select! {
             _ = tick.tick() => {}
             _ = stop.changed() => return,
         }
         let round = {
-            let (courier, mux, processes, scrubber, record) = (
+            let (courier, mux, processes, policy, scrubber, record) = (
                 Arc::clone(&courier),
                 Arc::clone(&mux),
                 Arc::clone(&processes),
+                policy.clone(),
                 scrubber.clone(),
                 Arc::clone(&record),
             );
             let mut seen = std::mem::take(&mut blocked);
             let mut known = std::mem::take(&mut checked);
             let mut lines = std::mem::take(&mut typed);
+            let mut waiting = std::mem::take(&mut pending);
             tokio::task::spawn_blocking(move || {
                 let mut marks = Marks {
                     blocked: &mut seen,
                     checked: &mut known,
                     typed: &mut lines,
+                    pending: &mut waiting,
                 };
                 let panes = Panes {
                     mux: mux.as_ref(),
                     processes: &processes,
+                    policy: &policy,
                 };
                 inject_round(&courier, &panes, &scrubber, &record, &mut marks);
-                (seen, known, lines)
+                (seen, known, lines, waiting)
             })
         };
-        if let Ok((still, known, lines)) = round.await {
+        if let Ok((still, known, lines, waiting)) = round.await {
             blocked = still;
             checked = known;
             typed = lines;
+            pending = waiting;
         }
     }
 }
@@ -100,12 +123,16 @@ struct Marks<'a> {
     checked: &'a mut HashSet<Uuid>,
     /// Per agent, the last lines typed into its pane (see [`asked`]).
     typed: &'a mut HashMap<Uuid, VecDeque<String>>,
+    /// Per agent, the message typed into its input line and not yet taken by the agent.
+    pending: &'a mut HashMap<Uuid, Uuid>,
 }
 
-/// Where messages are typed: the multiplexer, and the kernel's watch on the agents' processes.
+/// Where messages are typed: the multiplexer, the kernel's watch on the agents' processes, and
+/// the policy (which names each profile's input line).
 struct Panes<'a> {
     mux: &'a dyn Multiplexer,
     processes: &'a Processes,
+    policy: &'a PolicyHandle,
 }
 
 /// One pass over the held messages for pane agents, oldest first.
@@ -119,7 +146,6 @@ fn inject_round(
     let Ok(held) = courier.held(100, None) else {
         return;
     };
-    let blocked = &mut *marks.blocked;
     let mut stuck: HashSet<Uuid> = HashSet::new();
     // Checked once per agent per round: the pane does not change between its messages.
     let mut clear: HashSet<Uuid> = HashSet::new();
@@ -169,7 +195,7 @@ fn inject_round(
             if let Some(line) = &prompt {
                 courier.agents().set_prompt(agent, line);
             }
-            if blocked.insert(message.id) {
+            if marks.blocked.insert(message.id) {
                 warn!(msg.id = %message.id, agent.id = %agent, %reason, "message held: its pane agent is blocked");
                 record(vec![(
                     "message.blocked",
@@ -179,33 +205,44 @@ fn inject_round(
             continue;
         }
         clear.insert(agent);
-        let already = marks.checked.insert(agent) && typed_before(panes.mux, &pane, message.id);
-        if already {
-            info!(msg.id = %message.id, agent.id = %agent, "message found already typed (before a restart): not typed again");
+        let input = local.as_ref().and_then(|a| {
+            let policy = panes.policy.current();
+            policy.profiles.get(&a.profile)?.ready.input.clone()
+        });
+        let target = Target {
+            mux: panes.mux,
+            pane: &pane,
+            pid: process.as_ref().map(|p| p.pid),
+            input: input.as_ref(),
+        };
+        let outcome = if input.is_some() {
+            submit(&target, &message, scrubber, marks, agent)
         } else {
-            let text = scrubber.scrub(&typed(&message));
-            // Only into the process fleetd launched there, decided with the paste.
-            let sent = match &process {
-                Some(process) => panes.mux.send_text_to(&pane, process.pid, &text),
-                None => panes.mux.send_text(&pane, &text),
-            };
-            if let Err(error) = sent {
+            type_with_enter(&target, &message, scrubber, marks, agent)
+        };
+        match outcome {
+            Typing::Taken => {}
+            Typing::Failed(error) => {
                 stuck.insert(agent);
                 warn!(msg.id = %message.id, %error, "cannot type a message into its pane; retrying");
                 continue;
             }
-            let lines = marks.typed.entry(agent).or_default();
-            lines.extend(
-                text.lines()
-                    .map(str::trim)
-                    .filter(|l| !l.is_empty())
-                    .map(str::to_owned),
-            );
-            while lines.len() > TYPED_LINES {
-                lines.pop_front();
+            Typing::Waiting(reason) => {
+                stuck.insert(agent);
+                courier
+                    .agents()
+                    .set_status(agent, Status::Blocked, Some(reason.clone()));
+                if marks.blocked.insert(message.id) {
+                    warn!(msg.id = %message.id, agent.id = %agent, %reason, "message held: typed, not yet taken by the agent");
+                    record(vec![(
+                        "message.blocked",
+                        json!({"msg_id": message.id.to_string(), "agent": agent.to_string(), "reason": reason}),
+                    )]);
+                }
+                continue;
             }
         }
-        blocked.remove(&message.id);
+        marks.blocked.remove(&message.id);
         courier.agents().set_status(agent, Status::Ready, None);
         match courier.injected(message.id) {
             Ok(_) => {
@@ -226,10 +263,202 @@ fn inject_round(
     }
 }
 
-/// Whether the pane's history shows message `id` typed already.
-fn typed_before(mux: &dyn Multiplexer, pane: &PaneId, id: Uuid) -> bool {
-    mux.read(pane, HISTORY_LINES)
-        .is_ok_and(|history| history.contains(&marker(id)))
+/// The pane a message is typed into.
+struct Target<'a> {
+    mux: &'a dyn Multiplexer,
+    pane: &'a PaneId,
+    /// The agent's process: nothing is typed once the pane runs another.
+    pid: Option<u32>,
+    /// The profile's input line, when it names one.
+    input: Option<&'a regex::Regex>,
+}
+
+impl Target<'_> {
+    /// Where message `id` stands on the pane now (its history included).
+    fn where_is(&self, id: Uuid) -> Result<Place, crate::pane::PaneError> {
+        let history = self.mux.read(self.pane, HISTORY_LINES)?;
+        Ok(place(&history, id, self.input))
+    }
+
+    /// The input line as the screen shows it now, if one is on screen.
+    fn input_line(&self) -> Option<String> {
+        let shown = self.mux.read(self.pane, CHECK_LINES).ok()?;
+        let input = self.input?;
+        shown
+            .lines()
+            .rfind(|line| input.is_match(line))
+            .map(str::to_owned)
+    }
+}
+
+/// How typing a message went.
+enum Typing {
+    /// The agent has it (or had it already): delivered.
+    Taken,
+    /// Typed, not yet taken: it stays held, with why.
+    Waiting(String),
+    /// Nothing typed.
+    Failed(crate::pane::PaneError),
+}
+
+/// Where a typed message stands on a pane.
+#[derive(Debug, PartialEq, Eq)]
+enum Place {
+    /// Not on the pane.
+    Nowhere,
+    /// On the input line (or below it): typed, not submitted.
+    OnInput,
+    /// Above the input line, or anywhere when there is none: the agent took it.
+    Taken,
+}
+
+/// Where message `id`'s marker stands in `shown`. The comparison ignores white space, so a
+/// marker a TUI wrapped onto two lines of its own (Claude Code wraps its input box and its
+/// transcript itself, which `capture-pane -J` cannot join) is still found.
+fn place(shown: &str, id: Uuid, input: Option<&regex::Regex>) -> Place {
+    let lines: Vec<&str> = shown.lines().collect();
+    let wanted = compact(&[marker(id).as_str()]);
+    let at = input.and_then(|input| lines.iter().rposition(|line| input.is_match(line)));
+    let (above, below) = lines.split_at(at.unwrap_or(lines.len()));
+    if compact(above).contains(&wanted) {
+        Place::Taken
+    } else if compact(below).contains(&wanted) {
+        Place::OnInput
+    } else {
+        Place::Nowhere
+    }
+}
+
+/// `lines` joined with every white-space character left out.
+fn compact(lines: &[&str]) -> String {
+    lines
+        .iter()
+        .flat_map(|line| line.chars())
+        .filter(|c| !c.is_whitespace())
+        .collect()
+}
+
+/// Types `message` with its Enter in one step, for a profile without an input line: delivered
+/// once typed (or found typed before a restart).
+fn type_with_enter(
+    target: &Target<'_>,
+    message: &Held,
+    scrubber: &Scrubber,
+    marks: &mut Marks<'_>,
+    agent: Uuid,
+) -> Typing {
+    if marks.checked.insert(agent) && target.where_is(message.id).ok() == Some(Place::Taken) {
+        info!(msg.id = %message.id, agent.id = %agent, "message found already typed (before a restart): not typed again");
+        return Typing::Taken;
+    }
+    let text = scrubber.scrub(&typed(message));
+    // Only into the process fleetd launched there, decided with the paste.
+    let sent = match target.pid {
+        Some(pid) => target.mux.send_text_to(target.pane, pid, &text),
+        None => target.mux.send_text(target.pane, &text),
+    };
+    match sent {
+        Ok(()) => {
+            remember(marks, agent, &text);
+            Typing::Taken
+        }
+        Err(error) => Typing::Failed(error),
+    }
+}
+
+/// Types `message` into an agent whose profile names its input line, and sees it submitted
+/// (see the module comment).
+fn submit(
+    target: &Target<'_>,
+    message: &Held,
+    scrubber: &Scrubber,
+    marks: &mut Marks<'_>,
+    agent: Uuid,
+) -> Typing {
+    let waiting = || {
+        Typing::Waiting(format!(
+            "message {} was typed but the agent has not taken it: it is still on its input line",
+            message.id
+        ))
+    };
+    // Typed before (this round's predecessor, or before a restart): looked at, never retyped
+    // while it is there.
+    let looked = marks.pending.get(&agent) == Some(&message.id) || marks.checked.insert(agent);
+    if looked {
+        match target.where_is(message.id) {
+            Ok(Place::Taken) => {
+                marks.pending.remove(&agent);
+                return Typing::Taken;
+            }
+            Ok(Place::OnInput) => {
+                marks.pending.insert(agent, message.id);
+                return waiting();
+            }
+            Ok(Place::Nowhere) => {
+                marks.pending.remove(&agent);
+            }
+            Err(error) => return Typing::Failed(error),
+        }
+    }
+    // Never behind another message's text that was not submitted: one turn each.
+    let before = target.input_line();
+    if before
+        .as_deref()
+        .is_some_and(|line| line.contains(TYPED_PREFIX))
+    {
+        return Typing::Waiting(
+            "the agent's input line holds a message fleetd typed that was not submitted".to_owned(),
+        );
+    }
+    let text = scrubber.scrub(&typed(message));
+    if let Err(error) = target.mux.type_text(target.pane, target.pid, &text) {
+        return Typing::Failed(error);
+    }
+    remember(marks, agent, &text);
+    marks.pending.insert(agent, message.id);
+    // Enter once the text shows (on the input line, or collapsed there as a paste placeholder).
+    let shown_by = std::time::Instant::now() + SHOWN_WITHIN;
+    while std::time::Instant::now() < shown_by {
+        let shown = target.where_is(message.id).ok() != Some(Place::Nowhere)
+            || target.input_line() != before;
+        if shown {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for (n, within) in TAKEN_WITHIN.into_iter().enumerate() {
+        if n > 0 {
+            info!(msg.id = %message.id, agent.id = %agent, "the agent has not taken the message yet: Enter pressed again");
+        }
+        if let Err(error) = target.mux.press_enter(target.pane, target.pid) {
+            // Typed, Enter refused (the process is gone): looked at again next round.
+            warn!(msg.id = %message.id, %error, "cannot press Enter behind a typed message");
+            return waiting();
+        }
+        let by = std::time::Instant::now() + within;
+        while std::time::Instant::now() < by {
+            std::thread::sleep(Duration::from_millis(100));
+            if target.where_is(message.id).ok() == Some(Place::Taken) {
+                marks.pending.remove(&agent);
+                return Typing::Taken;
+            }
+        }
+    }
+    waiting()
+}
+
+/// Remembers the lines of `text` as typed into `agent`'s pane (see [`asked`]).
+fn remember(marks: &mut Marks<'_>, agent: Uuid, text: &str) {
+    let lines = marks.typed.entry(agent).or_default();
+    lines.extend(
+        text.lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(str::to_owned),
+    );
+    while lines.len() > TYPED_LINES {
+        lines.pop_front();
+    }
 }
 
 /// The part of a typed line that names its message.
@@ -494,6 +723,61 @@ mod tests {
             shown,
             format!("[fleetd: from mac/laptop, msg {}] hello", message.id)
         );
+    }
+
+    /// Claude Code's screen (2.1.197, 100 columns) with `box` as its input line and
+    /// `transcript` above it.
+    fn claude(transcript: &str, input: &str) -> String {
+        format!(
+            "{}\n{transcript}\n{rule}\n{input}\n{rule}\n  ? for shortcuts\n",
+            include_str!("../../tests/fixtures/screens/claude-ready.txt")
+                .split("\n❯")
+                .next()
+                .unwrap(),
+            rule = "─".repeat(100)
+        )
+    }
+
+    #[test]
+    fn a_message_is_taken_once_it_stands_above_the_input_line() {
+        let id = Uuid::now_v7();
+        let frame = format!("[fleetd: from mac/laptop, msg {id}] hello");
+        let input = regex::Regex::new("^❯").unwrap();
+        let at = |shown: &str| place(shown, id, Some(&input));
+        // Typed, Enter not taken: on the input line.
+        assert_eq!(at(&claude("", &format!("❯\u{a0}{frame}"))), Place::OnInput);
+        // Submitted: echoed in the transcript, the input line empty again.
+        let echoed = format!("❯ {frame}\n✻ Unable to connect to API");
+        assert_eq!(at(&claude(&echoed, "❯\u{a0}")), Place::Taken);
+        // Sent while busy: queued above the input line, which shows a hint.
+        let queued = format!("✻ Working…\n  ❯ {frame}");
+        assert_eq!(
+            at(&claude(&queued, "❯ Press up to edit queued messages")),
+            Place::Taken
+        );
+        // A long paste collapsed to a placeholder: nowhere yet.
+        assert_eq!(
+            at(&claude("", "❯ [Pasted text #1 +6 lines]")),
+            Place::Nowhere
+        );
+        // Wrapped by the TUI itself in the middle of its id: still found, on either side.
+        let (head, tail) = frame.split_at(frame.len() - 20);
+        let wrapped = format!("❯ {head}\n  {tail}");
+        assert_eq!(at(&claude("", &wrapped)), Place::OnInput);
+        assert_eq!(at(&claude(&wrapped, "❯\u{a0}")), Place::Taken);
+        // Codex echoes the last message in its status line, below the input line: the
+        // transcript above decides.
+        let codex =
+            format!("› {frame}\n◦ Working\n› Ask Codex to do anything\n  model · {frame}\n");
+        let codex_input = regex::Regex::new("^›").unwrap();
+        assert_eq!(place(&codex, id, Some(&codex_input)), Place::Taken);
+        // No input line on screen, or no input pattern: anywhere counts.
+        assert_eq!(
+            place(&format!("got: {frame}\n"), id, Some(&input)),
+            Place::Taken
+        );
+        assert_eq!(place(&format!("> {frame}\n"), id, None), Place::Taken);
+        assert_eq!(place("> \n", id, None), Place::Nowhere);
     }
 
     fn remembered(lines: &[&str]) -> VecDeque<String> {

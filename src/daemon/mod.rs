@@ -147,6 +147,7 @@ pub async fn run(
             Arc::clone(&courier),
             Arc::clone(spawner.mux()),
             Arc::clone(&processes),
+            policy.clone(),
             scrubber.clone(),
             recorder(Arc::clone(&audit)),
             stopped.clone(),

@@ -164,6 +164,15 @@ pub fn agent_kind(program: &str) -> Option<&'static str> {
 }
 
 impl Herdr {
+    /// With `pid`, refuses when the pane's process is no longer it (asked first: herdr has no
+    /// conditional typing).
+    fn still_runs(&self, pane: &PaneId, pid: Option<u32>) -> Result<(), PaneError> {
+        match pid {
+            Some(pid) => super::same_process(pane, self.pid(pane)?, pid),
+            None => Ok(()),
+        }
+    }
+
     /// Opens the server at `socket` and checks its protocol with `ping`.
     pub fn open(socket: &Path) -> Result<Herdr, PaneError> {
         let herdr = Herdr {
@@ -483,6 +492,27 @@ impl Multiplexer for Herdr {
                 json!({"pane_id": pane.0, "text": clean, "keys": ["Enter"]}),
             ),
         }
+        .map(|_| ())
+        .map_err(|e| named(e, pane))
+    }
+
+    fn type_text(&self, pane: &PaneId, pid: Option<u32>, text: &str) -> Result<(), PaneError> {
+        self.still_runs(pane, pid)?;
+        let clean = sanitize(text.as_bytes()).text;
+        self.call(
+            "pane.send_input",
+            json!({"pane_id": pane.0, "text": clean, "keys": []}),
+        )
+        .map(|_| ())
+        .map_err(|e| named(e, pane))
+    }
+
+    fn press_enter(&self, pane: &PaneId, pid: Option<u32>) -> Result<(), PaneError> {
+        self.still_runs(pane, pid)?;
+        self.call(
+            "pane.send_input",
+            json!({"pane_id": pane.0, "text": "", "keys": ["Enter"]}),
+        )
         .map(|_| ())
         .map_err(|e| named(e, pane))
     }

@@ -86,13 +86,14 @@ pub trait Multiplexer: Send + Sync {
     /// launched there, not one a respawn put in its place. tmux decides in the same command
     /// queue as the paste; the default asks first.
     fn send_text_to(&self, pane: &PaneId, pid: u32, text: &str) -> Result<(), PaneError> {
-        match self.pid(pane)? {
-            Some(now) if now != pid => Err(PaneError::Refused(format!(
-                "pane {pane} now runs pid {now}, not the agent's {pid}: nothing typed"
-            ))),
-            _ => self.send_text(pane, text),
-        }
+        same_process(pane, self.pid(pane)?, pid)?;
+        self.send_text(pane, text)
     }
+    /// Types `text` into the pane (sanitised here first) without pressing Enter — with `pid`,
+    /// only while that is the pane's process (as [`Multiplexer::send_text_to`] decides it).
+    fn type_text(&self, pane: &PaneId, pid: Option<u32>, text: &str) -> Result<(), PaneError>;
+    /// Presses Enter in the pane — with `pid`, only while that is the pane's process.
+    fn press_enter(&self, pane: &PaneId, pid: Option<u32>) -> Result<(), PaneError>;
     /// The process id of the pane's process, when the backend knows it.
     fn pid(&self, _pane: &PaneId) -> Result<Option<u32>, PaneError> {
         Ok(None)
@@ -120,5 +121,15 @@ pub trait Multiplexer: Send + Sync {
     /// for the daemon to log and audit. Taken once.
     fn alarms(&self) -> Vec<String> {
         Vec::new()
+    }
+}
+
+/// Refuses typing into `pane` when its process is `now`, not the agent's `pid`.
+fn same_process(pane: &PaneId, now: Option<u32>, pid: u32) -> Result<(), PaneError> {
+    match now {
+        Some(now) if now != pid => Err(PaneError::Refused(format!(
+            "pane {pane} now runs pid {now}, not the agent's {pid}: nothing typed"
+        ))),
+        _ => Ok(()),
     }
 }

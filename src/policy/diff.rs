@@ -1002,6 +1002,7 @@ fn compare_profiles(before: &Profile, after: &Profile, holders: &[String], out: 
         );
     }
     let pattern = |p: &Profile| p.ready.pattern.as_ref().map(|r| r.as_str().to_owned());
+    let input = |p: &Profile| p.ready.input.as_ref().map(|r| r.as_str().to_owned());
     if !before.ready.accept_dialogs && after.ready.accept_dialogs {
         push(
             Direction::Widened,
@@ -1014,16 +1015,25 @@ fn compare_profiles(before: &Profile, after: &Profile, holders: &[String], out: 
             Subject::Readiness,
             "startup dialogs are now reported instead of accepted".to_owned(),
         );
-    } else if pattern(before) != pattern(after) || before.ready.timeout != after.ready.timeout {
+    } else if pattern(before) != pattern(after)
+        || input(before) != input(after)
+        || before.ready.timeout != after.ready.timeout
+        || before.ready.settle != after.ready.settle
+    {
         push(
             Direction::Changed,
             Subject::Readiness,
             format!(
-                "readiness {:?} within {} s → {:?} within {} s",
+                "readiness {:?} within {} s (settled {} s), input line {:?} → {:?} within {} s \
+                 (settled {} s), input line {:?}",
                 pattern(before),
                 before.ready.timeout.as_secs(),
+                before.ready.settle.as_secs(),
+                input(before),
                 pattern(after),
-                after.ready.timeout.as_secs()
+                after.ready.timeout.as_secs(),
+                after.ready.settle.as_secs(),
+                input(after)
             ),
         );
     }

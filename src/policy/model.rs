@@ -66,8 +66,16 @@ impl fmt::Display for SecretRef {
 pub struct Readiness {
     /// A pattern on pane output; for an agent herdr starts, herdr reports readiness itself.
     pub pattern: Option<Regex>,
+    /// The agent's input line (the last line on screen matching it): a typed message counts as
+    /// delivered once its text has left that line, i.e. the agent took it as its turn. Without
+    /// it, a message counts as delivered once typed with its Enter.
+    pub input: Option<Regex>,
     /// How long to wait.
     pub timeout: Duration,
+    /// How long the ready pattern must keep matching, with no dialog, before the agent counts
+    /// as ready: a TUI may draw its input line first and a dialog a moment later (Codex asks
+    /// about folder trust ~2 s after its input line shows).
+    pub settle: Duration,
     /// Accept startup dialogs instead of reporting them.
     pub accept_dialogs: bool,
 }

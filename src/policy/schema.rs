@@ -50,10 +50,22 @@ pub(super) const READY: &[Field] = &[
         "regular expression on pane output that means the agent is ready (tmux)",
     ),
     f(
+        "input",
+        Kind::Str,
+        false,
+        "regular expression naming the agent's input line: a message is delivered once it left it",
+    ),
+    f(
         "timeout_secs",
         Kind::Int { min: 1, max: 600 },
         false,
         "how long the readiness gate waits (default 60)",
+    ),
+    f(
+        "settle_secs",
+        Kind::Int { min: 0, max: 30 },
+        false,
+        "how long the ready pattern must keep matching before the agent counts as ready (default 0)",
     ),
     f(
         "accept_dialogs",

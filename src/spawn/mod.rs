@@ -23,11 +23,18 @@ use crate::policy::{
 
 /// Lines of pane output the readiness gate looks at.
 const GATE_LINES: usize = 50;
-/// Phrases of startup dialogs that block an agent until someone answers.
+/// Phrases of startup dialogs that block an agent until someone answers: folder trust (Claude
+/// Code, Codex), Claude Code's question about an API key in its environment, Codex's login
+/// menu, and the footers of both CLIs' dialogs (Claude Code: "Enter to confirm · Esc to
+/// cancel"; Codex's login menu: "Press enter to continue").
 const DIALOGS: &[&str] = &[
     "do you trust",
     "trust the files",
     "trust this folder",
+    "use this api key",
+    "sign in with chatgpt",
+    "enter to confirm",
+    "enter continue",
     "[y/n]",
     "(y/n)",
     "press enter to continue",
@@ -229,11 +236,18 @@ impl Spawner {
         }
     }
 
-    /// Waits until the pane shows the profile's ready pattern; fails on exit, on a startup
-    /// dialog (unless the profile accepts them: Enter, once each) or at the timeout.
+    /// Waits until the pane shows the profile's ready pattern (for its settle time); fails on
+    /// exit, on a startup dialog (unless the profile accepts them: Enter, once each) or at the
+    /// timeout.
+    ///
+    /// Dialogs are looked for first: a menu line of a dialog (Codex's `> 1. Sign in with
+    /// ChatGPT`, Claude Code's `❯ 1. Yes`) can match a ready pattern, so a line matching the
+    /// pattern counts only below the last dialog line on screen.
     fn gate(&self, pane: &PaneId, profile: &crate::policy::Profile) -> Result<(), GateError> {
         let deadline = Instant::now() + profile.ready.timeout;
         let mut accepted = 0;
+        // Since when every look found it ready (see `Readiness::settle`).
+        let mut ready_since: Option<Instant> = None;
         loop {
             if let PaneState::Exited(status) = self.mux.state(pane)? {
                 return Err(GateError::Exited(status));
@@ -243,20 +257,25 @@ impl Spawner {
                 .read(pane, GATE_LINES)
                 .map_err(|e| self.exited_or(pane, e))?;
             // herdr knows when its agent is interactive-ready; tmux needs the profile's pattern.
-            let ready = match (self.mux.ready(pane), &profile.ready.pattern) {
-                (Some(known), _) => known.map_err(|e| self.exited_or(pane, e))?,
-                (None, Some(pattern)) => shown.lines().any(|line| pattern.is_match(line)),
-                (None, None) => true,
+            let known = match self.mux.ready(pane) {
+                Some(known) => Some(known.map_err(|e| self.exited_or(pane, e))?),
+                None => None,
             };
-            if !ready && self.mux.blocked(pane) == Some(true) && !profile.ready.accept_dialogs {
+            let screen = judge(&shown, profile.ready.pattern.as_ref(), known);
+            if screen == Screen::Ready {
+                let since = *ready_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= profile.ready.settle {
+                    return Ok(());
+                }
+            } else {
+                ready_since = None;
+            }
+            if self.mux.blocked(pane) == Some(true) && !profile.ready.accept_dialogs {
                 return Err(GateError::Blocked);
             }
-            if ready {
-                return Ok(());
-            }
-            if let Some(dialog) = dialog_line(&shown) {
+            if let Screen::Dialog(line) = screen {
                 if !profile.ready.accept_dialogs || accepted >= 3 {
-                    return Err(GateError::Dialog(dialog));
+                    return Err(GateError::Dialog(line));
                 }
                 accepted += 1;
                 self.mux
@@ -352,18 +371,154 @@ fn launch_of(
     })
 }
 
+/// What a pane's screen says during the readiness gate.
+#[derive(Debug, PartialEq, Eq)]
+enum Screen {
+    /// The agent is ready.
+    Ready,
+    /// A dialog waits for an answer; its first line (the question, not its footer).
+    Dialog(String),
+    /// Neither yet.
+    Starting,
+}
+
+/// Judges `shown` for the gate. Dialogs are looked for first: a menu line of a dialog (Codex's
+/// `> 1. Sign in with ChatGPT`, `› 1. Trust and continue`, Claude Code's `❯ 1. Yes`) can match
+/// a ready pattern, so a matching line counts only below the last dialog line on screen.
+/// `known`: the multiplexer's own word on readiness (herdr), which a dialog still overrules.
+fn judge(shown: &str, pattern: Option<&regex::Regex>, known: Option<bool>) -> Screen {
+    let lines: Vec<&str> = shown.lines().collect();
+    let dialog = lines.iter().rposition(|line| is_dialog(line));
+    let ready = match (known, pattern) {
+        (Some(known), _) => known && dialog.is_none(),
+        (None, Some(pattern)) => lines
+            .iter()
+            .rposition(|line| pattern.is_match(line))
+            .is_some_and(|at| dialog.is_none_or(|d| at > d)),
+        (None, None) => dialog.is_none(),
+    };
+    match (ready, dialog) {
+        (true, _) => Screen::Ready,
+        (false, Some(_)) => Screen::Dialog(dialog_line(shown).unwrap_or_default()),
+        (false, None) => Screen::Starting,
+    }
+}
+
 /// The first line that looks like a startup dialog.
 pub fn dialog_line(shown: &str) -> Option<String> {
     shown
         .lines()
-        .find(|line| {
-            let lower = line.to_lowercase();
-            DIALOGS.iter().any(|d| lower.contains(d))
-        })
+        .find(|line| is_dialog(line))
         .map(reported_line)
+}
+
+/// Whether screen line `line` is part of a startup dialog.
+fn is_dialog(line: &str) -> bool {
+    let lower = line.to_lowercase();
+    DIALOGS.iter().any(|d| lower.contains(d))
 }
 
 /// A screen line as a dialog or prompt is reported: trimmed, its first 120 characters.
 pub fn reported_line(line: &str) -> String {
     line.trim().chars().take(120).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Screens of the real CLIs (`@anthropic-ai/claude-code` 2.1.197, `@openai/codex` 0.171.0)
+    /// in a 100×40 tmux pane, captured as `capture-pane -p` prints them.
+    fn screen(name: &str) -> &'static str {
+        match name {
+            "claude-trust" => include_str!("../../tests/fixtures/screens/claude-trust.txt"),
+            "claude-api-key" => include_str!("../../tests/fixtures/screens/claude-api-key.txt"),
+            "claude-ready" => include_str!("../../tests/fixtures/screens/claude-ready.txt"),
+            "codex-login" => include_str!("../../tests/fixtures/screens/codex-login.txt"),
+            "codex-trust" => include_str!("../../tests/fixtures/screens/codex-trust.txt"),
+            "codex-ready" => include_str!("../../tests/fixtures/screens/codex-ready.txt"),
+            other => panic!("no screen {other}"),
+        }
+    }
+
+    fn pattern(source: &str) -> regex::Regex {
+        regex::Regex::new(source).unwrap()
+    }
+
+    #[test]
+    fn the_shipped_patterns_see_the_real_clis_ready() {
+        assert_eq!(
+            judge(screen("claude-ready"), Some(&pattern("^❯")), None),
+            Screen::Ready
+        );
+        assert_eq!(
+            judge(screen("codex-ready"), Some(&pattern("^›")), None),
+            Screen::Ready
+        );
+        // The pattern shipped before issue 34 never matched Claude Code's input line.
+        assert_eq!(
+            judge(screen("claude-ready"), Some(&pattern("^> ")), None),
+            Screen::Starting
+        );
+    }
+
+    #[test]
+    fn a_dialog_menu_line_is_never_ready_whatever_the_pattern() {
+        let cases = [
+            ("claude-trust", "Quick safety check"),
+            ("claude-api-key", "Do you want to use this API key?"),
+            ("codex-login", "Choose how you want to use Codex."),
+            ("codex-trust", "Trust this folder?"),
+        ];
+        for (name, line) in cases {
+            // Patterns that match the dialogs' own menu lines, as a loose profile would write.
+            for source in ["^> ", "^›", "❯", "^\\s*[>›❯]", "."] {
+                match judge(screen(name), Some(&pattern(source)), None) {
+                    Screen::Dialog(shown) => assert!(
+                        shown.contains(line) || screen(name).contains(&shown),
+                        "{name}: reported {shown:?}"
+                    ),
+                    other => panic!("{name} with {source:?}: {other:?}"),
+                }
+            }
+            // herdr calling it ready does not overrule the dialog on screen.
+            assert!(matches!(
+                judge(screen(name), None, Some(true)),
+                Screen::Dialog(_)
+            ));
+        }
+    }
+
+    #[test]
+    fn dialogs_are_reported_by_their_question() {
+        let reported = |name| match judge(screen(name), Some(&pattern("^❯")), None) {
+            Screen::Dialog(line) => line,
+            other => panic!("{name}: {other:?}"),
+        };
+        assert_eq!(
+            reported("claude-api-key"),
+            "Do you want to use this API key?"
+        );
+        assert!(
+            reported("claude-trust").contains("trust"),
+            "{}",
+            reported("claude-trust")
+        );
+        assert_eq!(reported("codex-login"), "> 1. Sign in with ChatGPT");
+        assert!(reported("codex-trust").starts_with("Trust this folder?"));
+    }
+
+    #[test]
+    fn an_old_dialog_above_a_later_ready_line_does_not_hold_the_gate() {
+        let shown = "Do you trust the files in this folder? (y/n)\ny\nagent> ready\n";
+        assert_eq!(
+            judge(shown, Some(&pattern("^agent> ready")), None),
+            Screen::Ready
+        );
+        assert_eq!(judge("agent> ready\n", None, None), Screen::Ready);
+        assert_eq!(
+            judge("starting…\n", Some(&pattern("^agent> ")), None),
+            Screen::Starting
+        );
+    }
 }

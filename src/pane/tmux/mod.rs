@@ -206,11 +206,30 @@ impl Multiplexer for Tmux {
     }
 
     fn send_text(&self, pane: &PaneId, text: &str) -> Result<(), PaneError> {
-        self.paste(pane, None, text)
+        self.paste(pane, None, text, true)
     }
 
     fn send_text_to(&self, pane: &PaneId, pid: u32, text: &str) -> Result<(), PaneError> {
-        self.paste(pane, Some(pid), text)
+        self.paste(pane, Some(pid), text, true)
+    }
+
+    fn type_text(&self, pane: &PaneId, pid: Option<u32>, text: &str) -> Result<(), PaneError> {
+        self.paste(pane, pid, text, false)
+    }
+
+    fn press_enter(&self, pane: &PaneId, pid: Option<u32>) -> Result<(), PaneError> {
+        let keys = format!("send-keys -t {pane} Enter");
+        let skip = format!("display-message -p {DEAD_PANE}");
+        let pressed = self.on_pane(
+            "send-keys",
+            pane,
+            &["if-shell", "-F", "-t", &pane.0, &skip_if(pid), &skip, &keys],
+            b"",
+        )?;
+        if pressed.contains(DEAD_PANE) {
+            return Err(not_typed(pane, pid));
+        }
+        Ok(())
     }
 
     fn pid(&self, pane: &PaneId) -> Result<Option<u32>, PaneError> {
@@ -272,9 +291,15 @@ impl Multiplexer for Tmux {
 }
 
 impl Tmux {
-    /// Loads `text` (sanitised) into a private buffer and pastes it with Enter — only into a
-    /// live pane and, with `pid`, only while that is the pane's process.
-    fn paste(&self, pane: &PaneId, pid: Option<u32>, text: &str) -> Result<(), PaneError> {
+    /// Loads `text` (sanitised) into a private buffer and pastes it, with Enter when `enter` —
+    /// only into a live pane and, with `pid`, only while that is the pane's process.
+    fn paste(
+        &self,
+        pane: &PaneId,
+        pid: Option<u32>,
+        text: &str,
+        enter: bool,
+    ) -> Result<(), PaneError> {
         let clean = sanitize(text.as_bytes());
         let buffer = unique_name("fleetd")?;
         self.run(
@@ -288,26 +313,27 @@ impl Tmux {
         // crashes — every session with it — when it pastes into a pane whose process has exited
         // (remain-on-exit keeps the pane, without its terminal). The server does not handle a
         // child's exit between `if-shell -F`'s check and the paste.
-        let paste = format!("paste-buffer -p -d -b {buffer} -t {pane} ; send-keys -t {pane} Enter");
+        let mut paste = format!("paste-buffer -p -d -b {buffer} -t {pane}");
+        if enter {
+            paste.push_str(&format!(" ; send-keys -t {pane} Enter"));
+        }
         let skip = format!("delete-buffer -b {buffer} ; display-message -p {DEAD_PANE}");
-        // Nothing into a dead pane, nor into one whose process is no longer the agent's.
-        let skip_if = match pid {
-            Some(pid) => format!("#{{||:#{{pane_dead}},#{{!=:#{{pane_pid}},{pid}}}}}"),
-            None => "#{pane_dead}".to_owned(),
-        };
         let pasted = self.on_pane(
             "paste-buffer",
             pane,
-            &["if-shell", "-F", "-t", &pane.0, &skip_if, &skip, &paste],
+            &[
+                "if-shell",
+                "-F",
+                "-t",
+                &pane.0,
+                &skip_if(pid),
+                &skip,
+                &paste,
+            ],
             b"",
         );
         match pasted {
-            Ok(out) if out.contains(DEAD_PANE) => Err(PaneError::Refused(match pid {
-                Some(pid) => format!(
-                    "pane {pane}'s process has exited or is no longer pid {pid}: nothing typed"
-                ),
-                None => format!("pane {pane}'s process has exited: nothing typed"),
-            })),
+            Ok(out) if out.contains(DEAD_PANE) => Err(not_typed(pane, pid)),
             Ok(_) => Ok(()),
             Err(error) => {
                 let _ = self.run("delete-buffer", &["delete-buffer", "-b", &buffer], b"");
@@ -386,6 +412,25 @@ impl Tmux {
 }
 
 /// `PREFIX-` and 16 random hex digits: a window name no other window has.
+/// The `if-shell -F` condition under which nothing is typed: a dead pane, or one whose process
+/// is no longer the agent's `pid`.
+fn skip_if(pid: Option<u32>) -> String {
+    match pid {
+        Some(pid) => format!("#{{||:#{{pane_dead}},#{{!=:#{{pane_pid}},{pid}}}}}"),
+        None => "#{pane_dead}".to_owned(),
+    }
+}
+
+/// Why nothing was typed into `pane` (see [`skip_if`]).
+fn not_typed(pane: &PaneId, pid: Option<u32>) -> PaneError {
+    PaneError::Refused(match pid {
+        Some(pid) => {
+            format!("pane {pane}'s process has exited or is no longer pid {pid}: nothing typed")
+        }
+        None => format!("pane {pane}'s process has exited: nothing typed"),
+    })
+}
+
 fn unique_name(prefix: &str) -> Result<String, PaneError> {
     let mut bytes = [0u8; 8];
     getrandom::fill(&mut bytes).map_err(|e| PaneError::Refused(e.to_string()))?;

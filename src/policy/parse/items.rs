@@ -152,7 +152,9 @@ impl Ctx<'_> {
             Some(value) => self.readiness(value, &what)?,
             None => Readiness {
                 pattern: None,
+                input: None,
                 timeout: Duration::from_secs(60),
+                settle: Duration::ZERO,
                 accept_dialogs: false,
             },
         };
@@ -200,12 +202,21 @@ impl Ctx<'_> {
             Some((source, span)) => Some(self.regex(&source, span, false, &what)?),
             None => None,
         };
+        let input = match self.string(table, "input", &what) {
+            Some((source, span)) => Some(self.regex(&source, span, false, &what)?),
+            None => None,
+        };
         let timeout = self
             .integer(table, "timeout_secs", &what, schema::READY)
             .unwrap_or(60);
+        let settle = self
+            .integer(table, "settle_secs", &what, schema::READY)
+            .unwrap_or(0);
         Some(Readiness {
             pattern,
+            input,
             timeout: Duration::from_secs(u64::try_from(timeout).unwrap_or(60)),
+            settle: Duration::from_secs(u64::try_from(settle).unwrap_or(0)),
             accept_dialogs: self
                 .boolean(table, "accept_dialogs", &what)
                 .unwrap_or(false),

@@ -1,0 +1,185 @@
+//! The real agents (issue 34): Claude Code and Codex, pinned and installed by `scripts/agents`,
+//! driven offline in fleetd's tmux panes with the shipped profiles as shipped
+//! (`tests/common/real_agents.rs` builds the host). Their API calls fail — expected, and
+//! nothing about fleetd. Proven here:
+//!
+//! - spawn → ready with the shipped `worker` (Claude Code) and `codex` profiles, the agents'
+//!   home prepared as docs/panes.md says;
+//! - folder trust, the API-key question and Codex's login menu reported as dialogs with their
+//!   line: not ready, not answered;
+//! - three messages in a row each typed once, framed, and submitted as a turn of its own (its
+//!   own prompt line on the agent's screen, never two in one), `delivered` only then; the
+//!   later ones arrive while the agent is busy with the first.
+//!
+//! Every test is under `real_agent::`: `scripts/test` skips them (and says so) only where the
+//! CLIs cannot be installed and it is not CI.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    reason = "test code fails loudly"
+)]
+
+#[path = "common/real_agents.rs"]
+mod host;
+
+mod real_agent {
+    use std::time::Duration;
+
+    use super::host::{Home, World, eventually};
+
+    /// Sends `texts` from a mailbox agent to `agent`, one right after the other; their ids.
+    fn send_all(world: &World, agent: &str, texts: &[&str]) -> Vec<String> {
+        let primary = world.fleetd(&["agent", "open", "primary"])["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        texts
+            .iter()
+            .map(|text| {
+                let sent = world.fleetd(&["send", agent, text, "--from", &primary]);
+                sent["id"]
+                    .as_str()
+                    .unwrap_or_else(|| panic!("{sent}"))
+                    .to_owned()
+            })
+            .collect()
+    }
+
+    /// Waits until message `id` is `delivered`.
+    fn delivered(world: &World, id: &str) {
+        eventually(
+            &format!("message {id} delivered"),
+            Duration::from_secs(40),
+            || (world.fleetd(&["delivery", id])["state"] == "delivered").then_some(()),
+        );
+    }
+
+    /// Spawns `profile`, which must start; the agent's id and pane.
+    fn started(world: &World, profile: &str, label: &str) -> (String, String) {
+        let reply = world.spawn(profile, label);
+        assert_eq!(
+            reply["outcome"],
+            "started",
+            "{profile}: {reply}\n{}",
+            world.log()
+        );
+        let agent = reply["agent"].as_str().unwrap().to_owned();
+        let pane = world.pane_of(&agent);
+        (agent, pane)
+    }
+
+    /// Each message of `ids` stands on the agent's screen exactly once, on a prompt line of its
+    /// own (`prompt` starts it, no other message on it), and the input line — the last prompt
+    /// line — holds none of them.
+    fn each_its_own_turn(world: &World, pane: &str, prompt: char, ids: &[String]) {
+        let screen = world.tmux(&["capture-pane", "-p", "-J", "-t", pane]);
+        let lines: Vec<&str> = screen.lines().collect();
+        let input = lines
+            .iter()
+            .rposition(|l| l.starts_with(prompt))
+            .unwrap_or_else(|| panic!("no input line on screen:\n{screen}"));
+        for id in ids {
+            let marker = format!("msg {id}]");
+            let on: Vec<&&str> = lines.iter().filter(|l| l.contains(&marker)).collect();
+            assert_eq!(on.len(), 1, "message {id} shown once:\n{screen}");
+            let line = on[0];
+            // Codex lists messages it queued while busy behind `↳`.
+            let start = line.trim_start();
+            assert!(
+                (start.starts_with(prompt) || start.starts_with('↳'))
+                    && line.contains("[fleetd: from local/"),
+                "message {id} framed, on a prompt line of its own:\n{screen}"
+            );
+            assert_eq!(
+                line.matches("[fleetd: from ").count(),
+                1,
+                "one message per turn:\n{screen}"
+            );
+        }
+        assert!(
+            !lines[input].contains("[fleetd:"),
+            "the input line is empty again:\n{screen}"
+        );
+    }
+
+    #[test]
+    fn claude_code_with_the_shipped_worker_profile_starts_ready_and_takes_each_message_as_its_own_turn()
+     {
+        let world = World::start(Home::Prepared);
+        let (agent, pane) = started(&world, "worker", "claude-1");
+        let ids = send_all(&world, &agent, &["first task", "second task", "third task"]);
+        for id in &ids {
+            delivered(&world, id);
+        }
+        each_its_own_turn(&world, &pane, '❯', &ids);
+    }
+
+    #[test]
+    fn codex_with_the_shipped_profile_starts_ready_and_takes_each_message_as_its_own_turn() {
+        let world = World::start(Home::Prepared);
+        let (agent, pane) = started(&world, "codex", "codex-1");
+        let ids = send_all(&world, &agent, &["first task", "second task", "third task"]);
+        for id in &ids {
+            delivered(&world, id);
+        }
+        each_its_own_turn(&world, &pane, '›', &ids);
+    }
+
+    /// Spawns `profile` (in `cwd`, when given) on `world`: it must fail on a dialog whose line
+    /// contains `line`, with no pane left.
+    fn dialog(world: &World, profile: &str, cwd: Option<&str>, line: &str) {
+        let mut args = vec!["spawn", "--profile", profile];
+        if let Some(cwd) = cwd {
+            args.extend(["--cwd", cwd]);
+        }
+        let reply = world.fleetd(&args);
+        assert_eq!(reply["outcome"], "failed", "{profile}: {reply}");
+        let reason = reply["reasons"][0].as_str().unwrap_or_default();
+        assert!(
+            reason.starts_with("blocked by a startup dialog") && reason.contains(line),
+            "{profile}: the dialog and its line: {reply}"
+        );
+        let panes = world.tmux(&[
+            "list-panes",
+            "-a",
+            "-F",
+            "#{pane_id} #{pane_current_command}",
+        ]);
+        assert_eq!(
+            panes.lines().count(),
+            1,
+            "only the keep pane is left: {panes}"
+        );
+    }
+
+    #[test]
+    fn startup_dialogs_are_reported_with_their_line_and_never_answered() {
+        let untrusted = World::start(Home::Untrusted);
+        dialog(&untrusted, "worker", None, "trust");
+        // Codex asks about trust in a git checkout.
+        let init = untrusted
+            .command("git")
+            .args(["init", "-q", "/srv/fleet/work/repo"])
+            .status()
+            .unwrap();
+        assert!(init.success());
+        dialog(&untrusted, "codex", Some("repo"), "Trust this folder?");
+        let key = World::start(Home::KeyUnapproved);
+        dialog(&key, "worker", None, "Do you want to use this API key?");
+        let fresh = World::start(Home::Fresh);
+        dialog(&fresh, "codex", None, "Sign in with ChatGPT");
+        // Nothing was answered: the homes are as they were (Claude Code records an answer in
+        // its `.claude.json`, Codex a trusted project in its config).
+        let claude = std::fs::read_to_string(key.home().join(".claude.json")).unwrap();
+        let suffix = &super::host::ANTHROPIC_KEY[super::host::ANTHROPIC_KEY.len() - 20..];
+        assert!(
+            !claude.contains(suffix),
+            "the key neither approved nor rejected: {claude}"
+        );
+        let codex = std::fs::read_to_string(untrusted.home().join(".codex/config.toml")).unwrap();
+        assert!(!codex.contains("trusted"), "{codex}");
+    }
+}
