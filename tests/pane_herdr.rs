@@ -33,6 +33,7 @@ fn launch(argv: &[&str], env: &[(&str, &str)], cwd: &Path) -> Launch {
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect::<BTreeMap<_, _>>(),
+        init: None,
     }
 }
 

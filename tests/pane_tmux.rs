@@ -63,6 +63,7 @@ fn launch(argv: &[&str], env: &[(&str, &str)]) -> Launch {
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect::<BTreeMap<_, _>>(),
+        init: None,
     }
 }
 

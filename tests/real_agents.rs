@@ -28,7 +28,7 @@ mod host;
 mod real_agent {
     use std::time::Duration;
 
-    use super::host::{Home, World, eventually};
+    use super::host::{Home, World, eventually, processes_of};
 
     /// Sends `texts` from a mailbox agent to `agent`, one right after the other; their ids.
     fn send_all(world: &World, agent: &str, texts: &[&str]) -> Vec<String> {
@@ -153,6 +153,16 @@ mod real_agent {
             1,
             "only the keep pane is left: {panes}"
         );
+        // Its pane closed, nothing the agent started is left (Codex's daemons included).
+        let left = eventually(
+            "the agent's processes gone",
+            Duration::from_secs(15),
+            || {
+                let left = world.agent_processes();
+                left.is_empty().then_some(left)
+            },
+        );
+        assert!(left.is_empty());
     }
 
     #[test]
@@ -181,5 +191,41 @@ mod real_agent {
         );
         let codex = std::fs::read_to_string(untrusted.home().join(".codex/config.toml")).unwrap();
         assert!(!codex.contains("trusted"), "{codex}");
+    }
+
+    #[test]
+    fn nothing_an_agent_started_outlives_its_pane_or_its_server() {
+        let world = World::start(Home::Prepared);
+        let (codex, pane) = started(&world, "codex", "codex-1");
+        let (claude, _) = started(&world, "worker", "claude-1");
+        // Codex's app-server daemons leave its session: they are what used to be left behind.
+        let running = eventually("Codex's detached daemons", Duration::from_secs(20), || {
+            let all = processes_of(&codex);
+            let first = world.tmux(&["display-message", "-p", "-t", &pane, "#{pane_pid}"]);
+            let first: u32 = first.trim().parse().ok()?;
+            let session = all.iter().find(|p| p.pid == first)?.session;
+            all.iter().any(|p| p.session != session).then_some(all)
+        });
+        assert!(running.len() >= 3, "{running:?}");
+        // The operator closes Codex's pane.
+        world.tmux(&["kill-pane", "-t", &pane]);
+        let gone = eventually("Codex's processes gone", Duration::from_secs(15), || {
+            let left = processes_of(&codex);
+            left.is_empty().then_some(left)
+        });
+        assert!(gone.is_empty());
+        // The multiplexer's server stops (its unit stops, or it is killed): Claude Code and
+        // everything it started end with it.
+        assert!(!processes_of(&claude).is_empty());
+        world.tmux(&["kill-server"]);
+        let gone = eventually(
+            "Claude Code's processes gone",
+            Duration::from_secs(15),
+            || {
+                let left = processes_of(&claude);
+                left.is_empty().then_some(left)
+            },
+        );
+        assert!(gone.is_empty());
     }
 }

@@ -140,9 +140,17 @@ pub struct Process {
     /// Its start time in clock ticks after boot, when fleetd could see it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start: Option<u64>,
-    /// Its name (`comm`) when it became ready, when fleetd could see it.
+    /// Its name (`comm`) when it became ready, when fleetd could see it: under fleetd's pane
+    /// init, the agent's own process's (`program_pid`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub comm: Option<String>,
+    /// Under fleetd's pane init, the agent's own process (the init's first child), when fleetd
+    /// could see it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub program_pid: Option<u32>,
+    /// That process's start time in clock ticks after boot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub program_start: Option<u64>,
 }
 
 /// A pane agent to register once it passed its readiness gate.

@@ -214,6 +214,27 @@ pub enum SecretCommand {
 
 /// Parses argv and runs the command.
 pub fn main() -> ExitCode {
+    // The pane's init (`FLEETD pane-init -- ARGV`, docs/panes.md) is what the multiplexer runs
+    // first in every pane fleetd launches: taken before the parser, so that no option, config
+    // or environment of fleetd's applies to it and the agent's argv is passed on verbatim.
+    let mut args = std::env::args_os().skip(1);
+    if args
+        .next()
+        .is_some_and(|a| a == crate::pane::init::SUBCOMMAND)
+        && args.next().is_some_and(|a| a == "--")
+    {
+        let argv: Vec<std::ffi::OsString> = args.collect();
+        return match crate::pane::init::run(&argv) {
+            Ok(status) => ExitCode::from(status),
+            Err(error) => {
+                Output::default().note(&format!(
+                    "fleetd {}: {error}",
+                    crate::pane::init::SUBCOMMAND
+                ));
+                exit::code(127)
+            }
+        };
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(error) => {

@@ -67,7 +67,15 @@ impl Processes {
         let current = watched.get(&id).filter(|w| w.pid() == process.pid);
         let liveness = match current {
             Some(w) => w.check(),
-            None => match Watched::reopen(process.pid, process.start, process.comm.clone()) {
+            None => match Watched::reopen(
+                process.pid,
+                process.start,
+                process.comm.clone(),
+                process
+                    .program_pid
+                    .zip(process.program_start)
+                    .map(|(pid, start)| crate::pane::process::Program { pid, start }),
+            ) {
                 Ok(Some(w)) => {
                     let liveness = w.check();
                     watched.insert(id, w);

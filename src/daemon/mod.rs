@@ -419,17 +419,27 @@ impl Fabric {
 /// The spawner over the configured multiplexer; `None` when herdr is not reachable (spawning
 /// stays off until fleetd restarts, and says so).
 fn spawner(config: &Config) -> Option<Arc<Spawner>> {
+    let init = match own_executable() {
+        Ok(path) => path,
+        Err(error) => {
+            warn!(%error, "cannot name fleetd's own executable, every pane's init: spawning is off until fleetd restarts");
+            return None;
+        }
+    };
     match config.multiplexer {
-        crate::config::Multiplexer::Tmux => Some(Arc::new(Spawner::new(Arc::new(Tmux::new(
-            tmux_socket(&config.tmux_socket),
-            "fleetd",
-        ))))),
+        crate::config::Multiplexer::Tmux => Some(Arc::new(
+            Spawner::new(Arc::new(Tmux::new(
+                tmux_socket(&config.tmux_socket),
+                "fleetd",
+            )))
+            .with_init(init),
+        )),
         crate::config::Multiplexer::Herdr => {
             let opened = crate::pane::herdr::socket_path()
                 .ok_or_else(|| "no herdr socket path (set HERDR_SOCKET_PATH or HOME)".to_owned())
                 .and_then(|path| crate::pane::herdr::Herdr::open(&path).map_err(|e| e.to_string()));
             match opened {
-                Ok(herdr) => Some(Arc::new(Spawner::new(Arc::new(herdr)))),
+                Ok(herdr) => Some(Arc::new(Spawner::new(Arc::new(herdr)).with_init(init))),
                 Err(reason) => {
                     warn!(%reason, "herdr is not reachable: spawning is off until fleetd restarts");
                     None
@@ -437,6 +447,17 @@ fn spawner(config: &Config) -> Option<Arc<Spawner>> {
             }
         }
     }
+}
+
+/// fleetd's own executable, which every pane runs first as its init. A binary replaced on
+/// disk since fleetd started (an upgrade) reads `PATH (deleted)`: the path is what is run.
+fn own_executable() -> std::io::Result<std::path::PathBuf> {
+    let path = std::env::current_exe()?;
+    let text = path.to_string_lossy();
+    Ok(match text.strip_suffix(" (deleted)") {
+        Some(live) => std::path::PathBuf::from(live),
+        None => path,
+    })
 }
 
 /// The service manager's status line: broker link, roster size, sandbox level.

@@ -61,7 +61,7 @@ impl Gateway {
     ) -> Result<(SpawnReply, Option<String>), RouterError> {
         let Some(spawner) = &self.spawner else {
             return Err(RouterError::Failed(
-                "no multiplexer: herdr was not reachable when fleetd started (see its log)"
+                "spawning is off: herdr was not reachable when fleetd started, or fleetd could not name its own executable (see its log)"
                     .to_owned(),
             ));
         };
@@ -129,6 +129,8 @@ impl Gateway {
                                 pid: p.pid(),
                                 start: p.start(),
                                 comm: p.comm().map(str::to_owned),
+                                program_pid: p.program().map(|a| a.pid),
+                                program_start: p.program().map(|a| a.start),
                             }),
                         });
                         match registered {

@@ -444,8 +444,9 @@ impl Multiplexer for Herdr {
                     env.insert("PATH".to_owned(), format!("{dir}:{rest}"));
                 }
             }
+            // A command (not an agent herdr starts itself) runs behind fleetd's init.
             None => {
-                env.insert("FLEETD_RUN".to_owned(), run_script(&launch.argv)?);
+                env.insert("FLEETD_RUN".to_owned(), run_script(&launch.command()?)?);
             }
         }
         let asked = super::process::ticks_now();

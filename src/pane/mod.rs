@@ -8,6 +8,7 @@
 //! Imports: nothing from the crate (a leaf).
 
 pub mod herdr;
+pub mod init;
 pub mod process;
 pub mod sanitize;
 pub mod tmux;
@@ -34,6 +35,31 @@ pub struct Launch {
     pub cwd: PathBuf,
     /// Environment for the pane's process (secrets included: never logged, never on an argv).
     pub env: BTreeMap<String, String>,
+    /// fleetd's own executable, run first in the pane as its init (`INIT pane-init -- ARGV`,
+    /// [`init`]): what the agent starts ends with it. `None`: the argv runs directly.
+    pub init: Option<PathBuf>,
+}
+
+impl Launch {
+    /// The command the pane runs: the argv behind the init, when there is one.
+    pub fn command(&self) -> Result<Vec<String>, PaneError> {
+        let Some(init) = &self.init else {
+            return Ok(self.argv.clone());
+        };
+        let init = init.to_str().ok_or_else(|| {
+            PaneError::Refused(format!(
+                "fleetd's own path `{}` is not UTF-8",
+                init.display()
+            ))
+        })?;
+        let mut command = vec![
+            init.to_owned(),
+            init::SUBCOMMAND.to_owned(),
+            "--".to_owned(),
+        ];
+        command.extend(self.argv.iter().cloned());
+        Ok(command)
+    }
 }
 
 impl std::fmt::Debug for Launch {
@@ -42,6 +68,7 @@ impl std::fmt::Debug for Launch {
             .field("argv", &self.argv)
             .field("cwd", &self.cwd)
             .field("env", &self.env.keys().collect::<Vec<_>>())
+            .field("init", &self.init)
             .finish()
     }
 }

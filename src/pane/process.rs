@@ -10,7 +10,9 @@
 //! - where fleetd can see the agent's `/proc/PID/stat` (not under the unit's
 //!   `ProtectProc=invisible`, which hides other users' processes), its **start time** (a pid
 //!   reused while fleetd was down is not the agent) and its **name** (`comm`, which `execve`
-//!   sets: a pane process that executed another program is no longer the agent).
+//!   sets: a pane process that executed another program is no longer the agent). Under
+//!   fleetd's pane init ([`super::init`]) the name watched is the agent's, the init's first
+//!   child, found when the agent became ready; once that process is gone the agent has ended.
 //!
 //! Imports: nothing from the crate (a leaf).
 
@@ -55,11 +57,23 @@ pub struct Watched {
     comm: Option<String>,
     /// `None` where the kernel has no pid file descriptors: `/proc` alone decides.
     pidfd: Option<OwnedFd>,
+    /// Under fleetd's pane init, the agent's own process, whose name `comm` is.
+    program: Option<Program>,
+}
+
+/// The agent's own process under fleetd's pane init: the init's first child.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Program {
+    /// Its process id.
+    pub pid: u32,
+    /// Its start time in clock ticks after boot.
+    pub start: u64,
 }
 
 impl PartialEq for Watched {
     fn eq(&self, other: &Watched) -> bool {
-        (self.pid, self.start, &self.comm) == (other.pid, other.start, &other.comm)
+        (self.pid, self.start, &self.comm, self.program)
+            == (other.pid, other.start, &other.comm, other.program)
     }
 }
 
@@ -71,7 +85,7 @@ impl Watched {
     pub fn launched(pid: u32) -> std::io::Result<Option<Watched>> {
         let (start, comm) = stat(pid).map_or((None, None), |s| (Some(s.start), Some(s.comm)));
         // Opened as after a restart: a pid that ended and was reused in between is not it.
-        Watched::reopen(pid, start, comm)
+        Watched::reopen(pid, start, comm, None)
     }
 
     /// Watches process `pid` again (after a restart) as recorded: it must still exist, with
@@ -80,6 +94,7 @@ impl Watched {
         pid: u32,
         start: Option<u64>,
         comm: Option<String>,
+        program: Option<Program>,
     ) -> std::io::Result<Option<Watched>> {
         let pidfd = match open_pidfd(pid) {
             Ok(fd) => fd,
@@ -96,15 +111,25 @@ impl Watched {
             start,
             comm,
             pidfd,
+            program,
         }))
     }
 
-    /// Takes the process's name as it is now as the one it must keep (when the agent became
-    /// ready: a wrapper may have executed the agent before that).
+    /// Takes the agent's name as it is now as the one it must keep (when the agent became
+    /// ready: a wrapper may have executed the agent before that): the pane process's, or under
+    /// fleetd's pane init its first child's.
     pub fn settle(&mut self) {
-        if let Some(now) = stat(self.pid) {
+        if let Some((program, comm)) = agent_under_init(self.pid) {
+            self.program = Some(program);
+            self.comm = Some(comm);
+        } else if let Some(now) = stat(self.pid) {
             self.comm = Some(now.comm);
         }
+    }
+
+    /// Under fleetd's pane init, the agent's own process.
+    pub fn program(&self) -> Option<Program> {
+        self.program
     }
 
     /// Whether it started before `ticks` (see [`ticks_now`]), when `/proc` showed its start: a
@@ -136,13 +161,26 @@ impl Watched {
         }
         match stat(self.pid) {
             Some(now) if self.start.is_some_and(|start| start != now.start) => Liveness::Ended,
-            Some(now) => match &self.comm {
-                Some(was) if *was != now.comm => Liveness::Replaced {
-                    was: was.clone(),
-                    now: now.comm,
-                },
-                _ => Liveness::Running,
-            },
+            Some(now) => {
+                // Under the init, the agent's own process is the one whose name counts; once it
+                // is gone (the init ends the rest), the agent has ended.
+                let now = match self.program {
+                    Some(program) => match stat(program.pid) {
+                        Some(agent) if agent.start == program.start && agent.ppid == self.pid => {
+                            agent
+                        }
+                        _ => return Liveness::Ended,
+                    },
+                    None => now,
+                };
+                match &self.comm {
+                    Some(was) if *was != now.comm => Liveness::Replaced {
+                        was: was.clone(),
+                        now: now.comm,
+                    },
+                    _ => Liveness::Running,
+                }
+            }
             // Not shown: gone, or hidden from fleetd (`ProtectProc=invisible`) — the pid
             // descriptor decides; without one, a process that was shown and no longer is ended.
             None if self.pidfd.is_none() && self.start.is_some() => Liveness::Ended,
@@ -165,7 +203,45 @@ const ESRCH: i32 = 3;
 /// What `/proc/PID/stat` says of a process.
 struct Stat {
     comm: String,
+    state: char,
+    ppid: u32,
     start: u64,
+}
+
+/// When process `pid` is fleetd's pane init (its command line `… pane-init -- …`, where `/proc`
+/// shows it), its first child — the agent — and that child's name.
+fn agent_under_init(pid: u32) -> Option<(Program, String)> {
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let mut args = cmdline.split(|b| *b == 0).skip(1);
+    if args.next()? != super::init::SUBCOMMAND.as_bytes() || args.next()? != b"--" {
+        return None;
+    }
+    children(pid)
+        .into_iter()
+        .filter_map(|child| Some((child, stat(child)?)))
+        .min_by_key(|(child, stat)| (stat.start, *child))
+        .map(|(child, stat)| {
+            (
+                Program {
+                    pid: child,
+                    start: stat.start,
+                },
+                stat.comm,
+            )
+        })
+}
+
+/// The live children of process `pid` (every process `/proc` shows with it as parent, zombies
+/// left out).
+pub fn children(pid: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|child| stat(*child).is_some_and(|s| s.ppid == pid && s.state != 'Z'))
+        .collect()
 }
 
 /// `/proc/PID/stat`'s name and start time (field 22), or `None` when fleetd cannot see it.
@@ -178,14 +254,17 @@ fn parse_stat(text: &str) -> Option<Stat> {
     let open = text.find('(')?;
     let close = text.rfind(')')?;
     let comm = text.get(open + 1..close)?.to_owned();
-    // After the name: state (field 3) … starttime (field 22).
-    let start = text
-        .get(close + 1..)?
-        .split_whitespace()
-        .nth(19)?
-        .parse()
-        .ok()?;
-    Some(Stat { comm, start })
+    // After the name: state (field 3), ppid (4) … starttime (field 22).
+    let fields: Vec<&str> = text.get(close + 1..)?.split_whitespace().collect();
+    let state = fields.first()?.chars().next()?;
+    let ppid = fields.get(1)?.parse().ok()?;
+    let start = fields.get(19)?.parse().ok()?;
+    Some(Stat {
+        comm,
+        state,
+        ppid,
+        start,
+    })
 }
 
 #[cfg(target_os = "linux")]
@@ -245,7 +324,8 @@ mod tests {
                 now: "sleep".to_owned()
             }
         );
-        let reopen = || Watched::reopen(watched.pid(), watched.start(), Some("sh".to_owned()));
+        let reopen =
+            || Watched::reopen(watched.pid(), watched.start(), Some("sh".to_owned()), None);
         let again = reopen().unwrap().unwrap();
         assert!(matches!(again.check(), Liveness::Replaced { .. }));
         child.kill().unwrap();
@@ -274,7 +354,7 @@ mod tests {
 
     #[test]
     fn a_reused_pid_is_not_the_agent() {
-        let watched = Watched::reopen(std::process::id(), Some(1), None).unwrap();
+        let watched = Watched::reopen(std::process::id(), Some(1), None, None).unwrap();
         assert!(watched.is_none(), "this process did not start at tick 1");
     }
 

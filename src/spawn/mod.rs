@@ -96,6 +96,8 @@ pub type Secrets<'a> = &'a dyn Fn(&SecretRef) -> Result<SecretString, String>;
 /// One host's spawner: its multiplexer and what it launched (for the policy's limits).
 pub struct Spawner {
     mux: Arc<dyn Multiplexer>,
+    /// fleetd's own executable, each pane's init ([`crate::pane::init`]).
+    init: Option<std::path::PathBuf>,
     running: Mutex<Vec<Instance>>,
     recent: Mutex<VecDeque<(Instant, RuleId, String)>>,
 }
@@ -113,9 +115,18 @@ impl Spawner {
     pub fn new(mux: Arc<dyn Multiplexer>) -> Spawner {
         Spawner {
             mux,
+            init: None,
             running: Mutex::new(Vec::new()),
             recent: Mutex::new(VecDeque::new()),
         }
+    }
+
+    /// Runs `init` (fleetd's own executable) first in every pane, as its init: whatever the
+    /// agent starts ends with it ([`crate::pane::init`]). Without it, the argv runs directly.
+    #[must_use]
+    pub fn with_init(mut self, init: std::path::PathBuf) -> Spawner {
+        self.init = Some(init);
+        self
     }
 
     /// The multiplexer.
@@ -158,7 +169,7 @@ impl Spawner {
                 };
             }
         };
-        let launch = match launch_of(&spec, secrets, identity) {
+        let launch = match launch_of(&spec, secrets, identity, self.init.clone()) {
             Ok(launch) => launch,
             Err(reason) => return Outcome::Failed { reason },
         };
@@ -345,6 +356,7 @@ fn launch_of(
     spec: &PaneSpec,
     secrets: Secrets<'_>,
     identity: &[(&str, &SecretString)],
+    init: Option<std::path::PathBuf>,
 ) -> Result<Launch, String> {
     let mut env = spec.env.clone();
     for (name, reference) in &spec.secrets {
@@ -368,6 +380,7 @@ fn launch_of(
         argv: spec.argv.clone(),
         cwd: spec.cwd.clone(),
         env,
+        init,
     })
 }
 

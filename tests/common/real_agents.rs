@@ -337,6 +337,15 @@ impl World {
         self.tmux(&["capture-pane", "-p", "-J", "-t", pane, "-S", "-2000"])
     }
 
+    /// Every process of any agent of this host (its home and a `FLEETD_AGENT_ID`).
+    pub fn agent_processes(&self) -> Vec<Proc> {
+        let home = format!("HOME={}\0", self.home().display());
+        processes_with("FLEETD_AGENT_ID=")
+            .into_iter()
+            .filter(|p| environ(p.pid).contains(&home))
+            .collect()
+    }
+
     /// The daemon's log so far.
     pub fn log(&self) -> String {
         let mut all = String::new();
@@ -372,9 +381,22 @@ pub fn environ(pid: u32) -> String {
 }
 
 /// Every process on this machine whose environment names agent `id` — everything the agent
-/// started inherits it, detached or not — as `pid comm` lines.
-pub fn processes_of(id: &str) -> Vec<String> {
-    let wanted = format!("FLEETD_AGENT_ID={id}\0");
+/// started inherits it, detached or not.
+pub fn processes_of(id: &str) -> Vec<Proc> {
+    processes_with(&format!("FLEETD_AGENT_ID={id}\0"))
+}
+
+/// A process as `/proc` shows it.
+#[derive(Debug)]
+pub struct Proc {
+    pub pid: u32,
+    pub comm: String,
+    /// Its session: a process that called `setsid` left its agent's.
+    pub session: u32,
+}
+
+/// Every live process whose environment contains `wanted`.
+fn processes_with(wanted: &str) -> Vec<Proc> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
         let Some(pid) = entry
@@ -384,10 +406,23 @@ pub fn processes_of(id: &str) -> Vec<String> {
         else {
             continue;
         };
-        if environ(pid).contains(&wanted) {
-            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-            found.push(format!("{pid} {}", comm.trim()));
+        if !environ(pid).contains(wanted) {
+            continue;
         }
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let after: Vec<&str> = stat
+            .rfind(')')
+            .map(|at| stat[at + 1..].split_whitespace().collect())
+            .unwrap_or_default();
+        if after.first() == Some(&"Z") {
+            continue;
+        }
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        found.push(Proc {
+            pid,
+            comm: comm.trim().to_owned(),
+            session: after.get(3).and_then(|s| s.parse().ok()).unwrap_or(0),
+        });
     }
     found
 }

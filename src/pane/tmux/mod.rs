@@ -155,7 +155,7 @@ impl Multiplexer for Tmux {
             words.push(quote(&format!("{name}={value}"))?);
         }
         words.push("--".to_owned());
-        for arg in &launch.argv {
+        for arg in &launch.command()? {
             words.push(quote(arg)?);
         }
         // The server must already run on its own (the operator's unit starts it): a server that
