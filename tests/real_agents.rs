@@ -228,4 +228,54 @@ mod real_agent {
         );
         assert!(gone.is_empty());
     }
+
+    /// Someone at `pane`'s terminal opens the agent's model picker (`/model`, a dialog of the
+    /// agent's own, reachable offline), whose footer says `footer`.
+    fn open_picker(world: &World, pane: &str, footer: &str) {
+        world.tmux(&["send-keys", "-t", pane, "-l", "/model"]);
+        std::thread::sleep(Duration::from_millis(500));
+        world.tmux(&["send-keys", "-t", pane, "Enter"]);
+        eventually("the agent's picker", Duration::from_secs(10), || {
+            world.shown(pane).contains(footer).then_some(())
+        });
+    }
+
+    #[test]
+    fn a_dialog_the_agent_shows_holds_its_messages_and_the_roster_says_blocked_at_once() {
+        let world = World::start(Home::Prepared);
+        for (profile, prompt, footer) in
+            [("worker", '❯', "Esc to cancel"), ("codex", '›', "esc back")]
+        {
+            let (agent, pane) = started(&world, profile, &format!("{profile}-blocked"));
+            open_picker(&world, &pane, footer);
+            let id = send_all(&world, &agent, &["after the picker"]).remove(0);
+            let record = eventually("message.blocked", Duration::from_secs(20), || {
+                world
+                    .audit()
+                    .lines()
+                    .find(|l| l.contains("\"message.blocked\"") && l.contains(&id))
+                    .map(str::to_owned)
+            });
+            // Held now, and the roster says so now: not at the next announcement.
+            let entry = world.roster_entry(&agent);
+            assert_eq!(entry["status"], "blocked", "{profile}: {entry} ({record})");
+            let why = entry["why"].as_str().unwrap_or_default();
+            assert!(
+                why.contains("a prompt waits for an answer"),
+                "{profile}: {entry}"
+            );
+            assert_eq!(world.fleetd(&["delivery", &id])["state"], "queued");
+            assert!(
+                !world.shown(&pane).contains(&format!("msg {id}]")),
+                "{profile}: nothing typed into the picker"
+            );
+            // The person closes the picker: the message is typed, taken, and the agent ready.
+            world.tmux(&["send-keys", "-t", &pane, "Escape"]);
+            delivered(&world, &id);
+            each_its_own_turn(&world, &pane, prompt, &[id]);
+            eventually("the roster at ready", Duration::from_secs(10), || {
+                (world.roster_entry(&agent)["status"] == "ready").then_some(())
+            });
+        }
+    }
 }

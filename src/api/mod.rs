@@ -349,20 +349,23 @@ fn answer(call: Call, state: &ApiState, peer: Peer, class: PeerClass) -> Value {
             "broker": state.link.as_ref().map_or("broker: not configured (single-host mode)".to_owned(), |l| l.borrow().to_string()),
             "sandbox": state.sandbox,
         })),
-        Request::Roster {} => match state.roster.lock() {
-            Ok(roster) => {
-                let mut view = json!({"hosts": roster.view()});
-                // Why this host's agents are blocked or down is the operator's to read (a
-                // prompt line is pane content): never an agent's, never announced.
-                if caller.agent().is_none() {
-                    add_notes(&mut view, &router.notes());
+        Request::Roster {} => {
+            router.refresh_local();
+            match state.roster.lock() {
+                Ok(roster) => {
+                    let mut view = json!({"hosts": roster.view()});
+                    // Why this host's agents are blocked or down is the operator's to read (a
+                    // prompt line is pane content): never an agent's, never announced.
+                    if caller.agent().is_none() {
+                        add_notes(&mut view, &router.notes());
+                    }
+                    Ok(view)
                 }
-                Ok(view)
+                Err(_) => Err(crate::route::RouterError::Failed(
+                    "roster unavailable".to_owned(),
+                )),
             }
-            Err(_) => Err(crate::route::RouterError::Failed(
-                "roster unavailable".to_owned(),
-            )),
-        },
+        }
         Request::AgentUnblock { id } => router.unblock(id),
         Request::AgentOpen { name } => router
             .open_agent(&name)

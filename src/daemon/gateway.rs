@@ -245,6 +245,10 @@ impl Router for Gateway {
         Ok(json!({"agent": id.to_string(), "dismissed": line}))
     }
 
+    fn refresh_local(&self) {
+        crate::broker::link::announce(&self.courier, &self.roster);
+    }
+
     fn notes(&self) -> Vec<(Uuid, String)> {
         self.courier
             .agents()

@@ -119,6 +119,9 @@ pub trait Router: Send + Sync {
     fn unblock(&self, id: Uuid) -> Result<Value, RouterError>;
     /// Why each local agent that is `blocked` or `down` is so (for this host's operator).
     fn notes(&self) -> Vec<(Uuid, String)>;
+    /// Puts this host's agents into the roster as they are this moment (a roster read then
+    /// says `blocked` as soon as the injector holds a message, not at the next announcement).
+    fn refresh_local(&self);
 }
 
 #[cfg(test)]

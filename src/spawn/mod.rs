@@ -25,8 +25,9 @@ use crate::policy::{
 const GATE_LINES: usize = 50;
 /// Phrases of startup dialogs that block an agent until someone answers: folder trust (Claude
 /// Code, Codex), Claude Code's question about an API key in its environment, Codex's login
-/// menu, and the footers of both CLIs' dialogs (Claude Code: "Enter to confirm · Esc to
-/// cancel"; Codex's login menu: "Press enter to continue").
+/// menu, and the footers of both CLIs' dialogs and pickers (Claude Code: "Enter to confirm · Esc
+/// to cancel", "Enter to set as default · … · Esc to cancel"; Codex: "Press enter to continue",
+/// "enter continue · esc back", "enter select · esc back").
 const DIALOGS: &[&str] = &[
     "do you trust",
     "trust the files",
@@ -34,7 +35,9 @@ const DIALOGS: &[&str] = &[
     "use this api key",
     "sign in with chatgpt",
     "enter to confirm",
+    "· esc to cancel",
     "enter continue",
+    "· esc back",
     "[y/n]",
     "(y/n)",
     "press enter to continue",

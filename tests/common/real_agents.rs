@@ -337,6 +337,23 @@ impl World {
         self.tmux(&["capture-pane", "-p", "-J", "-t", pane, "-S", "-2000"])
     }
 
+    /// The audit log so far.
+    pub fn audit(&self) -> String {
+        std::fs::read_to_string(self.path().join("state/fleetd/audit.jsonl")).unwrap_or_default()
+    }
+
+    /// The roster's entry for agent `id`, as this host's operator reads it.
+    pub fn roster_entry(&self, id: &str) -> Value {
+        let roster = self.fleetd(&["roster"]);
+        roster["hosts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|h| h["agents"].as_array().cloned().unwrap_or_default())
+            .find(|a| a["id"] == id)
+            .unwrap_or_else(|| panic!("agent {id} is not in the roster: {roster}"))
+    }
+
     /// Every process of any agent of this host (its home and a `FLEETD_AGENT_ID`).
     pub fn agent_processes(&self) -> Vec<Proc> {
         let home = format!("HOME={}\0", self.home().display());
