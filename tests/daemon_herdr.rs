@@ -265,7 +265,7 @@ profiles = ["worker", "plain"]
         wait_for(
             &log,
             &mut seen,
-            &["message held: its pane agent is blocked"],
+            &["message held for its pane agent"],
             Duration::from_secs(15),
         );
 

@@ -25,6 +25,30 @@
 #[path = "common/real_agents.rs"]
 mod host;
 
+/// The single-host example's Claude Code and Codex profiles get the readiness the shipped ones
+/// are proven with.
+#[test]
+fn the_examples_agents_are_ready_as_the_shipped_profiles_are() {
+    let read = |path: &str| -> toml::Table {
+        let text =
+            std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path))
+                .unwrap();
+        text.parse().unwrap()
+    };
+    let shipped = read("policy/00-profiles.toml");
+    let example = read("docs/examples/single-host/10-agents.toml");
+    let ready = |table: &toml::Table, profile: &str| {
+        let mut ready = table["profile"][profile]["ready"]
+            .as_table()
+            .unwrap()
+            .clone();
+        ready.remove("accept_dialogs");
+        ready
+    };
+    assert_eq!(ready(&shipped, "worker"), ready(&example, "claude"));
+    assert_eq!(ready(&shipped, "codex"), ready(&example, "codex"));
+}
+
 mod real_agent {
     use std::time::Duration;
 
@@ -102,6 +126,12 @@ mod real_agent {
         assert!(
             !lines[input].contains("[fleetd:"),
             "the input line is empty again:\n{screen}"
+        );
+        // Still busy with the first (its API calls fail and are retried): the later messages
+        // were typed while it worked, and taken.
+        assert!(
+            screen.contains("esc to interrupt"),
+            "the agent is still working on the first message:\n{screen}"
         );
     }
 

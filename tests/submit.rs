@@ -154,6 +154,44 @@ impl Host {
             .count()
     }
 
+    /// Spawns the stand-in and opens a primary mailbox: their ids.
+    fn spawn_tui(&self) -> (String, String) {
+        let started = self.fleetd(&["spawn", "--profile", "tui", "--label", "t1"]);
+        assert_eq!(started["outcome"], "started", "{started}");
+        let agent = started["agent"].as_str().unwrap().to_owned();
+        let primary = self.fleetd(&["agent", "open", "primary"])["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        (agent, primary)
+    }
+
+    /// Starts the agents' tmux server (as the operator's unit would).
+    fn tmux_server(&self) {
+        let mut tmux = Command::new("tmux");
+        tmux.args([
+            "-L",
+            "fleetd",
+            "new-session",
+            "-d",
+            "-s",
+            "keep",
+            "sleep 600",
+        ]);
+        assert!(self.env(tmux, &[]).status().unwrap().success());
+    }
+
+    /// The pane of the one agent fleetd launched (in its session, `fleetd`).
+    fn agent_pane(&self) -> String {
+        let panes = self.tmux(&["list-panes", "-a", "-F", "#{pane_id} #{session_name}"]);
+        panes
+            .lines()
+            .find(|l| l.ends_with(" fleetd"))
+            .and_then(|l| l.split(' ').next())
+            .unwrap()
+            .to_owned()
+    }
+
     fn tmux(&self, args: &[&str]) -> String {
         let mut command = Command::new("tmux");
         command.args(["-L", "fleetd"]).args(args);
@@ -172,16 +210,23 @@ impl Drop for Host {
     }
 }
 
+/// Message `id` (text `text`) was taken by the stand-in exactly once, as a turn of its own.
+fn taken_once(shown: &str, id: &str, text: &str) {
+    let turns: Vec<&str> = shown
+        .lines()
+        .filter(|l| l.starts_with("you said: ") && l.contains(&format!("msg {id}]")))
+        .collect();
+    assert_eq!(turns.len(), 1, "message {id} taken once:\n{shown}");
+    assert!(
+        turns[0].ends_with(&format!("] {text}")) && turns[0].matches("[fleetd:").count() == 1,
+        "a turn of its own:\n{shown}"
+    );
+}
+
 /// Spawns the TUI, sends three messages at once and checks each was taken as its own turn;
 /// `screen` reads the agent's pane.
 fn three_messages_three_turns(host: &Host, screen: &dyn Fn(&str) -> String) {
-    let started = host.fleetd(&["spawn", "--profile", "tui", "--label", "t1"]);
-    assert_eq!(started["outcome"], "started", "{started}");
-    let agent = started["agent"].as_str().unwrap().to_owned();
-    let primary = host.fleetd(&["agent", "open", "primary"])["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let (agent, primary) = host.spawn_tui();
     let ids: Vec<String> = ["one", "two", "three"]
         .iter()
         .map(|text| {
@@ -201,15 +246,7 @@ fn three_messages_three_turns(host: &Host, screen: &dyn Fn(&str) -> String) {
     assert_eq!(host.drops(), 1, "the stand-in dropped the first Enter");
     let shown = screen(&agent);
     for (id, text) in ids.iter().zip(["one", "two", "three"]) {
-        let turns: Vec<&str> = shown
-            .lines()
-            .filter(|l| l.starts_with("you said: ") && l.contains(&format!("msg {id}]")))
-            .collect();
-        assert_eq!(turns.len(), 1, "message {id} taken once:\n{shown}");
-        assert!(
-            turns[0].ends_with(&format!("] {text}")) && turns[0].matches("[fleetd:").count() == 1,
-            "a turn of its own:\n{shown}"
-        );
+        taken_once(&shown, id, text);
     }
     let input = shown.lines().rfind(|l| l.starts_with('>')).unwrap_or("");
     assert!(
@@ -221,25 +258,9 @@ fn three_messages_three_turns(host: &Host, screen: &dyn Fn(&str) -> String) {
 #[test]
 fn over_tmux_a_dropped_enter_is_pressed_again_and_each_message_is_its_own_turn() {
     let host = Host::start("", &[]);
-    let mut tmux = Command::new("tmux");
-    tmux.args([
-        "-L",
-        "fleetd",
-        "new-session",
-        "-d",
-        "-s",
-        "keep",
-        "sleep 600",
-    ]);
-    assert!(host.env(tmux, &[]).status().unwrap().success());
+    host.tmux_server();
     three_messages_three_turns(&host, &|_| {
-        let panes = host.tmux(&["list-panes", "-a", "-F", "#{pane_id} #{session_name}"]);
-        let pane = panes
-            .lines()
-            .find(|l| l.ends_with(" fleetd"))
-            .and_then(|l| l.split(' ').next())
-            .unwrap()
-            .to_owned();
+        let pane = host.agent_pane();
         host.tmux(&["capture-pane", "-p", "-J", "-t", &pane, "-S", "-100"])
     });
 }
@@ -247,24 +268,8 @@ fn over_tmux_a_dropped_enter_is_pressed_again_and_each_message_is_its_own_turn()
 #[test]
 fn a_message_the_agent_does_not_take_stays_held_with_why_and_nothing_is_glued_to_it() {
     let host = Host::start_in_mode("", &[], "deaf");
-    let mut tmux = Command::new("tmux");
-    tmux.args([
-        "-L",
-        "fleetd",
-        "new-session",
-        "-d",
-        "-s",
-        "keep",
-        "sleep 600",
-    ]);
-    assert!(host.env(tmux, &[]).status().unwrap().success());
-    let started = host.fleetd(&["spawn", "--profile", "tui", "--label", "t1"]);
-    assert_eq!(started["outcome"], "started", "{started}");
-    let agent = started["agent"].as_str().unwrap().to_owned();
-    let primary = host.fleetd(&["agent", "open", "primary"])["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    host.tmux_server();
+    let (agent, primary) = host.spawn_tui();
     let send = |text: &str| {
         host.fleetd(&["send", &agent, text, "--from", &primary])["id"]
             .as_str()
@@ -292,16 +297,7 @@ fn a_message_the_agent_does_not_take_stays_held_with_why_and_nothing_is_glued_to
     for id in [&first, &second] {
         assert_eq!(host.fleetd(&["delivery", id])["state"], "queued");
     }
-    let pane_of = || {
-        let panes = host.tmux(&["list-panes", "-a", "-F", "#{pane_id} #{session_name}"]);
-        panes
-            .lines()
-            .find(|l| l.ends_with(" fleetd"))
-            .and_then(|l| l.split(' ').next())
-            .unwrap()
-            .to_owned()
-    };
-    let pane = pane_of();
+    let pane = host.agent_pane();
     std::thread::sleep(Duration::from_secs(2));
     let shown = host.tmux(&["capture-pane", "-p", "-J", "-t", &pane]);
     assert!(
@@ -326,12 +322,7 @@ fn a_message_the_agent_does_not_take_stays_held_with_why_and_nothing_is_glued_to
     }
     let shown = host.tmux(&["capture-pane", "-p", "-J", "-t", &pane, "-S", "-100"]);
     for (id, text) in [(&first, "first"), (&second, "second")] {
-        let turns: Vec<&str> = shown
-            .lines()
-            .filter(|l| l.starts_with("you said: ") && l.contains(&format!("msg {id}]")))
-            .collect();
-        assert_eq!(turns.len(), 1, "{shown}");
-        assert!(turns[0].ends_with(&format!("] {text}")), "{shown}");
+        taken_once(&shown, id, text);
     }
 }
 

@@ -179,29 +179,9 @@ fn inject_round(
             let dismissed = local.as_ref().and_then(|a| a.dismissed.as_deref());
             gone.or_else(|| block_reason(panes.mux, &pane, &typed, dismissed, courier, agent))
         };
-        if let Some(Block {
-            status,
-            reason,
-            prompt,
-        }) = reason
-        {
+        if let Some(block) = reason {
             stuck.insert(agent);
-            // The roster says why its messages wait: an agent whose process ended is down (as
-            // the token sweep says too), one that waits for an answer is blocked — with the
-            // line, for the operator, who may clear it (`fleetd agent unblock`).
-            courier
-                .agents()
-                .set_status(agent, status, Some(reason.clone()));
-            if let Some(line) = &prompt {
-                courier.agents().set_prompt(agent, line);
-            }
-            if marks.blocked.insert(message.id) {
-                warn!(msg.id = %message.id, agent.id = %agent, %reason, "message held: its pane agent is blocked");
-                record(vec![(
-                    "message.blocked",
-                    json!({"msg_id": message.id.to_string(), "agent": agent.to_string(), "reason": reason}),
-                )]);
-            }
+            hold(courier, record, marks.blocked, &message, agent, block);
             continue;
         }
         clear.insert(agent);
@@ -229,16 +209,12 @@ fn inject_round(
             }
             Typing::Waiting(reason) => {
                 stuck.insert(agent);
-                courier
-                    .agents()
-                    .set_status(agent, Status::Blocked, Some(reason.clone()));
-                if marks.blocked.insert(message.id) {
-                    warn!(msg.id = %message.id, agent.id = %agent, %reason, "message held: typed, not yet taken by the agent");
-                    record(vec![(
-                        "message.blocked",
-                        json!({"msg_id": message.id.to_string(), "agent": agent.to_string(), "reason": reason}),
-                    )]);
-                }
+                let block = Block {
+                    status: Status::Blocked,
+                    reason,
+                    prompt: None,
+                };
+                hold(courier, record, marks.blocked, &message, agent, block);
                 continue;
             }
         }
@@ -260,6 +236,39 @@ fn inject_round(
                 warn!(msg.id = %message.id, %error, "typed, but not recorded as delivered")
             }
         }
+    }
+}
+
+/// Holds `message` for `agent`. The roster says why its messages wait: an agent whose process
+/// ended is down (as the token sweep says too), one that waits for an answer — or has not taken
+/// what was typed — is blocked, with the line for the operator, who may clear a prompt
+/// (`fleetd agent unblock`). Set before the hold is logged and audited (once per message), so
+/// that a roster read after the record says so.
+fn hold(
+    courier: &Courier,
+    record: &Recorder,
+    blocked: &mut HashSet<Uuid>,
+    message: &Held,
+    agent: Uuid,
+    block: Block,
+) {
+    let Block {
+        status,
+        reason,
+        prompt,
+    } = block;
+    courier
+        .agents()
+        .set_status(agent, status, Some(reason.clone()));
+    if let Some(line) = &prompt {
+        courier.agents().set_prompt(agent, line);
+    }
+    if blocked.insert(message.id) {
+        warn!(msg.id = %message.id, agent.id = %agent, %reason, "message held for its pane agent");
+        record(vec![(
+            "message.blocked",
+            json!({"msg_id": message.id.to_string(), "agent": agent.to_string(), "reason": reason}),
+        )]);
     }
 }
 
