@@ -38,9 +38,9 @@ pub const OPENAI_KEY: &str =
 pub const GITHUB_TOKEN: &str = "ghp_fleetdCanaryCCCCCCCCCCCCCCCCCCCCCCCCCC";
 
 /// The directory holding `claude` and `codex` (`scripts/agents` prints it; the test command
-/// exports it as `FLEETD_REAL_AGENTS`). Panics naming what is missing.
+/// exports it as `REAL_AGENTS_BIN`). Panics naming what is missing.
 pub fn agents_dir() -> PathBuf {
-    let dir = std::env::var_os("FLEETD_REAL_AGENTS").map_or_else(
+    let dir = std::env::var_os("REAL_AGENTS_BIN").map_or_else(
         || Path::new(env!("CARGO_MANIFEST_DIR")).join("target/real-agents/bin"),
         PathBuf::from,
     );
@@ -48,7 +48,7 @@ pub fn agents_dir() -> PathBuf {
         assert!(
             dir.join(cli).exists(),
             "the real agent CLIs are missing ({} has no `{cli}`): run scripts/agents (npm and \
-             the npm registry), or set FLEETD_REAL_AGENTS",
+             the npm registry), or set REAL_AGENTS_BIN",
             dir.display()
         );
     }
