@@ -37,7 +37,12 @@ fn quick() -> bool {
 /// profile's settle time.
 const AGENTS: &[(&str, &str, char, Duration)] = &[
     ("worker", "/usr/local/bin/claude", '❯', Duration::ZERO),
-    ("codex", "/usr/local/bin/codex", '›', Duration::from_secs(4)),
+    (
+        "codex",
+        "/usr/local/bin/codex --no-daemon",
+        '›',
+        Duration::from_secs(4),
+    ),
 ];
 
 fn median(mut values: Vec<Duration>) -> Duration {

@@ -225,10 +225,13 @@ mod real_agent {
 
     #[test]
     fn nothing_an_agent_started_outlives_its_pane_or_its_server() {
+        // (Codex as it runs by default, sharing a daemon; the shipped profile runs
+        // `--no-daemon`, see the next test.)
         let world = World::start(Home::Prepared);
-        let (codex, pane) = started(&world, "codex", "codex-1");
+        let (codex, pane) = started(&world, "codex-default", "codex-1");
         let (claude, _) = started(&world, "worker", "claude-1");
-        // Codex's app-server daemons leave its session: they are what used to be left behind.
+        // Codex's app-server daemons (its default) leave its session: they are what used to be
+        // left behind.
         let running = eventually("Codex's detached daemons", Duration::from_secs(20), || {
             let all = processes_of(&codex);
             let first = world.tmux(&["display-message", "-p", "-t", &pane, "#{pane_pid}"]);
@@ -307,5 +310,22 @@ mod real_agent {
                 (world.roster_entry(&agent)["status"] == "ready").then_some(())
             });
         }
+    }
+
+    #[test]
+    fn two_codex_agents_in_one_home_keep_working_when_one_is_closed() {
+        let world = World::start(Home::Prepared);
+        let (_, first) = started(&world, "codex", "codex-1");
+        let (second, pane) = started(&world, "codex", "codex-2");
+        world.tmux(&["kill-pane", "-t", &first]);
+        std::thread::sleep(Duration::from_secs(3));
+        let ids = send_all(&world, &second, &["still there?"]);
+        delivered(&world, &ids[0]);
+        each_its_own_turn(&world, &pane, '›', &ids);
+        let screen = world.shown(&pane);
+        assert!(
+            !screen.contains("Reconnecting to server"),
+            "the second agent kept its server:\n{screen}"
+        );
     }
 }

@@ -260,10 +260,17 @@ impl World {
                 std::fs::copy(&path, policy.join(path.file_name().unwrap())).unwrap();
             }
         }
+        // Codex as it runs by default (with its shared app-server daemon, which leaves the
+        // agent's session): what used to outlive its pane.
         std::fs::write(
             policy.join("50-operator.toml"),
-            "[[grant]]\nid = \"operator\"\ndescription = \"This host's operator runs agents.\"\n\
-             fleets = [\"local\"]\nprofiles = [\"worker\", \"reviewer\", \"codex\"]\ncwd = true\n",
+            "[profile.codex-default]\ndescription = \"Codex with its default shared daemon.\"\n\
+             argv = [\"/usr/local/bin/codex\"]\nroots = [\"/srv/fleet/work\"]\n\
+             secrets = { OPENAI_API_KEY = \"credential:openai-api-key\" }\nmax_instances = 2\n\
+             [profile.codex-default.ready]\npattern = \"^›\"\ninput = \"^›\"\nsettle_secs = 4\n\n\
+             [[grant]]\nid = \"operator\"\ndescription = \"This host's operator runs agents.\"\n\
+             fleets = [\"local\"]\nprofiles = [\"worker\", \"reviewer\", \"codex\", \"codex-default\"]\n\
+             cwd = true\n",
         )
         .unwrap();
     }
