@@ -285,18 +285,19 @@ struct Target<'a> {
 impl Target<'_> {
     /// Where message `id` stands on the pane now (its history included).
     fn where_is(&self, id: Uuid) -> Result<Place, crate::pane::PaneError> {
-        let history = self.mux.read(self.pane, HISTORY_LINES)?;
-        Ok(place(&history, id, self.input))
+        Ok(self.look(id)?.0)
     }
 
-    /// The input line as the screen shows it now, if one is on screen.
-    fn input_line(&self) -> Option<String> {
-        let shown = self.mux.read(self.pane, CHECK_LINES).ok()?;
-        let input = self.input?;
-        shown
-            .lines()
-            .rfind(|line| input.is_match(line))
-            .map(str::to_owned)
+    /// Where message `id` stands, and the input line as it reads now (if one is on the pane),
+    /// from one read of the pane.
+    fn look(&self, id: Uuid) -> Result<(Place, Option<String>), crate::pane::PaneError> {
+        let history = self.mux.read(self.pane, HISTORY_LINES)?;
+        let lines: Vec<&str> = history.lines().collect();
+        let line = input_at(&lines, self.input).and_then(|at| lines.get(at));
+        Ok((
+            place(&history, id, self.input),
+            line.map(|line| (*line).to_owned()),
+        ))
     }
 }
 
@@ -327,8 +328,7 @@ enum Place {
 fn place(shown: &str, id: Uuid, input: Option<&regex::Regex>) -> Place {
     let lines: Vec<&str> = shown.lines().collect();
     let wanted = compact(&[marker(id).as_str()]);
-    let at = input.and_then(|input| lines.iter().rposition(|line| input.is_match(line)));
-    let (above, below) = lines.split_at(at.unwrap_or(lines.len()));
+    let (above, below) = lines.split_at(input_at(&lines, input).unwrap_or(lines.len()));
     if compact(above).contains(&wanted) {
         Place::Taken
     } else if compact(below).contains(&wanted) {
@@ -336,6 +336,11 @@ fn place(shown: &str, id: Uuid, input: Option<&regex::Regex>) -> Place {
     } else {
         Place::Nowhere
     }
+}
+
+/// Where the input line is among `lines`: the last one matching `input`.
+fn input_at(lines: &[&str], input: Option<&regex::Regex>) -> Option<usize> {
+    input.and_then(|input| lines.iter().rposition(|line| input.is_match(line)))
 }
 
 /// `lines` joined with every white-space character left out.
@@ -410,7 +415,7 @@ fn submit(
         }
     }
     // Never behind another message's text that was not submitted: one turn each.
-    let before = target.input_line();
+    let before = target.look(message.id).ok().and_then(|(_, line)| line);
     if before
         .as_deref()
         .is_some_and(|line| line.contains(TYPED_PREFIX))
@@ -428,8 +433,9 @@ fn submit(
     // Enter once the text shows (on the input line, or collapsed there as a paste placeholder).
     let shown_by = std::time::Instant::now() + SHOWN_WITHIN;
     while std::time::Instant::now() < shown_by {
-        let shown = target.where_is(message.id).ok() != Some(Place::Nowhere)
-            || target.input_line() != before;
+        let shown = target.look(message.id).map_or(true, |(place, line)| {
+            place != Place::Nowhere || line != before
+        });
         if shown {
             break;
         }
