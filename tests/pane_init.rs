@@ -107,10 +107,11 @@ fn an_agent_that_exits_leaves_nothing_behind_and_its_status_is_the_inits() {
 fn a_hangup_ends_the_agent_and_everything_it_started() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("pids");
-    // The agent itself ignores SIGHUP and SIGTERM: the init kills it after the grace.
-    let child = init(&leaver(
-        &file,
-        "trap '' HUP TERM; while :; do sleep 1; done",
+    // The agent itself ignores SIGHUP and SIGTERM — from its first line, before the test can
+    // signal — so the init kills it after the grace.
+    let child = init(&format!(
+        "trap '' HUP TERM; {}",
+        leaver(&file, "while :; do sleep 1; done")
     ));
     let left = pids(&file);
     let kill = Command::new("kill")
