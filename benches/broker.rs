@@ -413,16 +413,17 @@ async fn main() {
     );
     let uri = Arc::new(uri);
     let pump_channel = confirm_channel(&connection).await.unwrap();
+    let probe_channel = connection.create_channel().await.unwrap();
     let pumping = Arc::clone(&sender);
     tokio::spawn(async move {
         let mut outlets = Outlets::new(
-            pump_channel,
+            (pump_channel, probe_channel),
             "/",
             uri,
             Arc::clone(&pumping),
             Duration::from_secs(2),
         );
-        let mut pump = Pump::default();
+        let mut pump = Pump::new(Duration::from_secs(2));
         // The link's loop: woken by new entries, runs again once idle after settling, and
         // every 2 s.
         let mut retry = tokio::time::interval(Duration::from_secs(2));

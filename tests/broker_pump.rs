@@ -45,6 +45,11 @@ impl Backlog {
 
     /// [`Backlog::new`] whose foreign vhosts' backoff is capped at `cap`.
     async fn new_with_cap(backlog: usize, cap: Duration) -> Backlog {
+        Backlog::new_with(backlog, cap, topology::DEFAULT_MAX_LENGTH).await
+    }
+
+    /// [`Backlog::new_with_cap`] whose inbox refuses publishes beyond `max_length` messages.
+    async fn new_with(backlog: usize, cap: Duration, max_length: i64) -> Backlog {
         let nonce = nonce();
         let fleet = format!("pump{nonce}");
         let cleanup = Fleets::new(&[&fleet]);
@@ -69,7 +74,7 @@ impl Backlog {
             &inbox,
             &topology::host_exchange("hostb"),
             &topology::agent_key("hostb", &worker.to_string()),
-            topology::inbox_arguments(topology::QueueType::Classic, 10_000),
+            topology::inbox_arguments(topology::QueueType::Classic, max_length),
         )
         .await
         .unwrap();
@@ -84,7 +89,14 @@ impl Backlog {
         }
         assert_eq!(courier.state().outbox_list().unwrap().len(), backlog);
         let channel = confirm_channel(&connection).await.unwrap();
-        let outlets = Outlets::new(channel, &vhost, Arc::new(uri), Arc::clone(&courier), cap);
+        let probe = connection.create_channel().await.unwrap();
+        let outlets = Outlets::new(
+            (channel, probe),
+            &vhost,
+            Arc::new(uri),
+            Arc::clone(&courier),
+            cap,
+        );
         Backlog {
             fleet,
             courier,
@@ -135,6 +147,50 @@ impl Backlog {
         }
     }
 
+    /// The link's loop (runs on new entries, after settling, when a refused queue may be
+    /// tested, and on a 2 s tick) for `time`, then until nothing awaits a confirm.
+    async fn drive(&mut self, pump: &mut Pump, time: Duration) {
+        let until = tokio::time::Instant::now() + time;
+        let mut retry = tokio::time::interval(Duration::from_secs(2));
+        loop {
+            let now = tokio::time::Instant::now();
+            if now >= until && !pump.busy() {
+                return;
+            }
+            let wake = pump.wake_at().map(tokio::time::Instant::from_std);
+            tokio::select! {
+                () = self.courier.outbox_ready.notified() => {}
+                settled = pump.settle_next(&self.courier), if pump.busy() => {
+                    settled.unwrap().unwrap();
+                }
+                () = tokio::time::sleep_until(wake.unwrap_or(until)), if wake.is_some() => {}
+                _ = retry.tick() => {}
+                () = tokio::time::sleep_until(until), if now < until => {}
+            }
+            pump.run(&self.courier, &self.fleet, &mut self.outlets)
+                .await
+                .unwrap();
+        }
+    }
+
+    /// Takes every message the inbox holds: their message ids, in the queue's order.
+    async fn take_all(&self) -> Vec<Uuid> {
+        let mut ids = Vec::new();
+        while let Some(message) = self
+            .setup
+            .basic_get(
+                self.inbox.as_str().into(),
+                lapin::options::BasicGetOptions { no_ack: true },
+            )
+            .await
+            .unwrap()
+        {
+            let id = message.delivery.properties.message_id().clone().unwrap();
+            ids.push(Uuid::parse_str(id.as_str()).unwrap());
+        }
+        ids
+    }
+
     /// How many messages the inbox holds.
     async fn queued(&self) -> usize {
         let declared = self
@@ -160,7 +216,11 @@ async fn a_backlog_larger_than_a_round_goes_out_from_one_wake_up() {
     // A pump that runs only when woken (no retry tick, no run after settling): whatever it
     // leaves behind stays there.
     let drained = b
-        .drain(&mut Pump::default(), false, Duration::from_secs(60))
+        .drain(
+            &mut Pump::new(Duration::from_secs(2)),
+            false,
+            Duration::from_secs(60),
+        )
         .await;
     if let Err(left) = drained {
         panic!("{left} of {BACKLOG} messages were never published after one wake-up");
@@ -173,7 +233,7 @@ async fn a_backlog_larger_than_a_round_goes_out_from_one_wake_up() {
 async fn a_backlog_larger_than_the_in_flight_bound_goes_out_as_a_bounded_stream() {
     const BACKLOG: usize = MAX_IN_FLIGHT + 500;
     let mut b = Backlog::new(BACKLOG).await;
-    let mut pump = Pump::default();
+    let mut pump = Pump::new(Duration::from_secs(2));
     // Runs with nothing settled between them stop at the bound, and say they are behind.
     loop {
         let before = pump.in_flight();
@@ -217,7 +277,7 @@ async fn a_foreign_vhost_that_keeps_refusing_is_retried_with_growing_rests() {
             "for nobody".to_owned(),
         )
         .unwrap();
-    let mut pump = Pump::default();
+    let mut pump = Pump::new(Duration::from_secs(2));
     // The link's loop runs the pump at least every second (its retry tick): 15 rounds here.
     let start = std::time::Instant::now();
     while start.elapsed() < Duration::from_secs(15) {
@@ -230,5 +290,67 @@ async fn a_foreign_vhost_that_keeps_refusing_is_retried_with_growing_rests() {
     // Attempts at 0, 2, 6 and 14 s: four (a fixed 2 s rest would have made eight).
     assert!((2..=4).contains(&failures), "{failures} attempts in 15 s");
     assert_eq!(b.left(), 1, "the message waits in the outbox");
+    b.outlets.close().await;
+}
+
+/// A bare nack (no return) is not a failure: RabbitMQ nacks for a full `reject-publish` queue,
+/// but also while a quorum queue changes leader, for seconds, with the queue empty. Here a real
+/// queue shorter than the fleet's inbox limit refuses: its depth (asked with a passive declare)
+/// is below the limit, so what it refused stays in the outbox, marked retrying since the first
+/// refusal; the queue rests and is tested with the oldest entry, and each time it takes
+/// messages again they go on in the sender's order — every message arrives once, in order, and
+/// every record ends in the broker.
+#[tokio::test]
+async fn a_bare_nack_below_the_inbox_limit_is_retried_in_order_until_the_queue_takes_it() {
+    const BACKLOG: usize = 40;
+    const ROOM: usize = 10;
+    let mut b = Backlog::new_with(BACKLOG, Duration::from_secs(2), ROOM as i64).await;
+    let mut sent: Vec<Uuid> = b
+        .courier
+        .state()
+        .outbox_list()
+        .unwrap()
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    sent.sort();
+    let mut pump = Pump::new(Duration::from_secs(2));
+    b.drive(&mut pump, Duration::from_secs(2)).await;
+    assert_eq!(b.queued().await, ROOM, "the queue holds its limit");
+    assert_eq!(
+        b.left(),
+        BACKLOG - ROOM,
+        "what it refused waits in the outbox"
+    );
+    for id in &sent[ROOM..] {
+        let record = b.courier.delivery(*id).unwrap().unwrap();
+        assert_eq!(record.state, fleetd::wire::DeliveryState::Queued);
+        assert!(!record.in_broker, "{record:?}");
+        assert!(record.retrying_since_ms.is_some(), "{record:?}");
+        let reason = record.reason.unwrap();
+        assert!(
+            reason.starts_with("unknown since ") && reason.contains(", retrying: "),
+            "{reason}"
+        );
+    }
+    // The queue is emptied while the pump rests (as a leader comes back); each time, what
+    // waited goes on, oldest first.
+    let mut received = Vec::new();
+    for _ in 0..BACKLOG {
+        received.extend(b.take_all().await);
+        if received.len() >= BACKLOG {
+            break;
+        }
+        b.drive(&mut pump, Duration::from_secs(3)).await;
+    }
+    assert_eq!(received, sent, "every message once, in the sender's order");
+    assert_eq!(b.left(), 0);
+    for id in &sent {
+        let record = b.courier.delivery(*id).unwrap().unwrap();
+        assert!(
+            record.in_broker && record.reason.is_none() && record.retrying_since_ms.is_none(),
+            "{record:?}"
+        );
+    }
     b.outlets.close().await;
 }

@@ -26,7 +26,7 @@ use super::topology::{self, QueueType, ROSTER_EXCHANGE};
 use super::{ConnectError, confirm_channel, connect_node};
 use crate::roster::{Change, HostId, Roster};
 use crate::secret::BrokerUri;
-use crate::wire::{self, HostKey, Kind, Meta, Party, Payload};
+use crate::wire::{self, HostKey, Kind, Meta, Party, Payload, utc};
 
 /// Where the link stands; `since` is Unix milliseconds: when the link came up, or the first
 /// failure of the current run of failures (a retry does not move it).
@@ -94,28 +94,6 @@ impl std::fmt::Display for LinkStatus {
             }
         }
     }
-}
-
-/// Unix milliseconds as `YYYY-MM-DDTHH:MM:SSZ` (UTC; the proleptic Gregorian calendar).
-pub fn utc(ms: i64) -> String {
-    let secs = ms.div_euclid(1000);
-    let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Howard Hinnant's days-to-civil.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60
-    )
 }
 
 /// Deliveries in flight per consumer (set explicitly: LavinMQ would default to 65535).
@@ -303,7 +281,7 @@ pub fn backoff(failures: u32, cap: Duration) -> Duration {
 /// (`fleetd broker grants --admit`), so a host needs no right on any ingress exchange.
 async fn declare(connection: &Connection, settings: &LinkSettings) -> Result<(), String> {
     let channel = topology::ensure_exchanges(connection, &settings.host).await?;
-    let queue = format!("gw.{}.ctl", settings.host);
+    let queue = topology::control_queue(&settings.host);
     let arguments = topology::inbox_arguments(settings.queue_type, topology::DEFAULT_MAX_LENGTH);
     topology::declare_bound_queue(
         &channel,
@@ -363,7 +341,7 @@ impl Served<'_> {
         let mut consumed = HashSet::new();
         let parts = async {
             let consume = self.channel(true).await?;
-            let control = format!("gw.{}.ctl", self.settings.host);
+            let control = topology::control_queue(&self.settings.host);
             self.consume(&consume, &control, &tx, &mut forwarders)
                 .await?;
             let roster_queue = format!("gw.{}.roster", self.settings.host);
@@ -384,7 +362,8 @@ impl Served<'_> {
                 .map_err(|e| format!("consume `{roster_queue}`: {e}"))?;
             let beats_out = self.channel(false).await?;
             let publish = confirm_channel(self.connection).await?;
-            Ok::<_, String>((consume, roster, beats_out, publish))
+            let probe = self.channel(false).await?;
+            Ok::<_, String>((consume, roster, beats_out, (publish, probe)))
         };
         let (consume, mut roster, beats_out, publish) = match parts.await {
             Ok(parts) => parts,
@@ -404,7 +383,7 @@ impl Served<'_> {
             Arc::clone(self.courier),
             self.settings.backoff_cap,
         );
-        let mut pump = Pump::default();
+        let mut pump = Pump::new(self.settings.backoff_cap);
         // Set while the own publishing channel is closed and the connection lives: when to try a
         // new one, and how many tries failed.
         let mut reopen: Option<(tokio::time::Instant, u32)> = None;
@@ -414,6 +393,7 @@ impl Served<'_> {
         // The broker user (`FLEET` or a host user `FLEET.HOST`): the `user_id` it validates.
         let user = self.uri.user.clone();
         let lost = loop {
+            let wake_at = pump.wake_at();
             tokio::select! {
                 first = deliveries.recv() => match first {
                     Some(Ok(first)) => {
@@ -465,7 +445,20 @@ impl Served<'_> {
                         }
                     }
                 },
+                () = sleep_until_some(wake_at) => {
+                    // A queue the broker refused may be tested again.
+                    if let Err(reason) = pump.run(self.courier, &user, &mut outlets).await
+                        && let Some(lost) = self.publish_fault(&outlets, reason, &mut reopen)
+                    {
+                        break Some(lost);
+                    }
+                }
                 _ = retry.tick() => {
+                    if outlets.own_probe_closed()
+                        && let Ok(channel) = self.channel(false).await
+                    {
+                        outlets.replace_own_probe(channel);
+                    }
                     // A channel the broker closed without a publish or confirm failing on it.
                     if reopen.is_none()
                         && outlets.own_closed()
@@ -894,15 +887,20 @@ fn now_ms() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
+/// Sleeps until `at`, or forever without one.
+async fn sleep_until_some(at: Option<std::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn status_dates_are_utc_and_a_retry_keeps_the_first_failure() {
-        assert_eq!(utc(0), "1970-01-01T00:00:00Z");
-        assert_eq!(utc(951_782_400_000), "2000-02-29T00:00:00Z");
-        assert_eq!(utc(1_796_454_601_999), "2026-12-05T07:10:01Z");
+    fn a_retry_keeps_the_first_failure() {
         let first = LinkStatus::Unreachable {
             since: 1_000,
             reason: "a".into(),

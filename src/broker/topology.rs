@@ -58,6 +58,22 @@ pub fn inbox_queue(host: &str, id: &str) -> String {
     format!("agent.{host}.{id}.inbox")
 }
 
+/// Host `host`'s control queue (bound with [`control_key`]).
+pub fn control_queue(host: &str) -> String {
+    format!("gw.{host}.ctl")
+}
+
+/// The queue a message published with routing key `key` (into [`SEND_EXCHANGE`], or into an
+/// ingress exchange, which routes `ctl.#` only) ends in: `ctl.HOST` → the host's control queue,
+/// `agent.HOST.ID` → that agent's inbox; `None` for any other key.
+pub fn queue_of_key(key: &str) -> Option<String> {
+    if let Some(host) = key.strip_prefix("ctl.") {
+        return (!host.is_empty()).then(|| control_queue(host));
+    }
+    let (host, id) = key.strip_prefix("agent.")?.rsplit_once('.')?;
+    (!host.is_empty() && !id.is_empty()).then(|| inbox_queue(host, id))
+}
+
 /// Queue type, by config: classic (single node, LavinMQ) or quorum (RabbitMQ cluster).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum QueueType {

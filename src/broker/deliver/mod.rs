@@ -9,6 +9,7 @@
 
 mod admit;
 mod intake;
+mod lanes;
 mod pump;
 mod settle;
 
@@ -301,6 +302,7 @@ impl Courier {
             in_broker: false,
             reason: None,
             at_ms: now_ms(),
+            retrying_since_ms: None,
         };
         // Published while the disk syncs; the sender hears "accepted" only once it is durable.
         self.state
@@ -350,6 +352,7 @@ impl Courier {
             in_broker: false,
             reason: None,
             at_ms: now,
+            retrying_since_ms: None,
         };
         let held = encode(&held);
         let tracked = [(id, tracked.encode())];

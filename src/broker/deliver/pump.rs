@@ -5,16 +5,19 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lapin::options::BasicPublishOptions;
+use lapin::options::{BasicPublishOptions, QueueDeclareOptions};
+use lapin::types::FieldTable;
 use lapin::{Channel, Confirmation, Connection};
 use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 use uuid::Uuid;
 
+use super::lanes::{Admit, Depth, Lane, Lanes};
 use super::settle::{Answer, Outcome, Returns};
 use super::{Courier, MAX_IN_FLIGHT, PUMP_ROUND, now_ms};
 use crate::broker::connect::{self, confirm_channel, connect};
 use crate::broker::envelope::{OutboxRecord, properties};
+use crate::broker::topology::{DEFAULT_MAX_LENGTH, queue_of_key};
 use crate::secret::BrokerUri;
 use crate::wire::{DeliveryState, Tracked};
 
@@ -22,9 +25,8 @@ use crate::wire::{DeliveryState, Tracked};
 /// whatever was in flight when a connection dies is published again (same id) on the next.
 #[derive(Default)]
 pub struct Pump {
-    in_flight: HashSet<Uuid>,
-    /// The vhost of each in-flight publish to a foreign vhost.
-    in_flight_foreign: HashMap<Uuid, String>,
+    /// Each publish awaiting its confirm, and where it went.
+    in_flight: HashMap<Uuid, Lane>,
     /// Foreign vhosts a publish to was confirmed since the last run.
     confirmed_foreign: HashSet<String>,
     /// Returns whose message's own confirm has not been read yet.
@@ -32,10 +34,20 @@ pub struct Pump {
     confirms: JoinSet<(Uuid, Result<Confirmation, String>)>,
     /// The last run stopped at its round or at [`MAX_IN_FLIGHT`]: entries may be waiting.
     behind: bool,
+    /// Queues the broker refuses now (nacks without a return), and the entries behind them.
+    lanes: Lanes,
+    /// The longest rest of a refused queue (`broker.backoff_cap_secs`).
+    cap: Duration,
 }
 
 /// Why a message that expired before the broker took it failed.
 const EXPIRED_HERE: &str = "expired in this host's outbox before the broker took it";
+
+/// What a retrying message's record says of a bare nack.
+const REFUSED_WHY: &str = "the broker did not take it (a nack: its queue may be changing leader, or its inbox at its limit)";
+
+/// How long a queue's depth is waited for.
+const DEPTH_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long a foreign vhost that could not be opened (or closed the channel on a publish) is
 /// left alone before the next attempt: doubled after each failure of a spell, up to the link's
@@ -49,6 +61,9 @@ pub struct Outlets {
     own: Channel,
     /// A publish on the own channel failed: it is not used again until replaced.
     own_broken: bool,
+    /// A channel without confirms in the own vhost for asking a queue's depth (a passive
+    /// declare that fails closes it: the link replaces it).
+    own_probe: Channel,
     own_vhost: String,
     uri: Arc<BrokerUri>,
     courier: Arc<Courier>,
@@ -67,6 +82,9 @@ struct Opened {
     connection: Connection,
     confirm: Channel,
     beats: Channel,
+    /// For a queue's depth (see [`Outlets::own_probe`]); closed by a refused declare, and then
+    /// not replaced until the connection is.
+    probe: Channel,
 }
 
 /// A foreign vhost's outlet.
@@ -83,7 +101,7 @@ impl Outlets {
     /// Outlets with `own` (a confirm channel in `own_vhost`); foreign ones connect with `uri` and
     /// wake `courier`'s pump when they open.
     pub fn new(
-        own: Channel,
+        (own, own_probe): (Channel, Channel),
         own_vhost: &str,
         uri: Arc<BrokerUri>,
         courier: Arc<Courier>,
@@ -92,6 +110,7 @@ impl Outlets {
         Outlets {
             own,
             own_broken: false,
+            own_probe,
             own_vhost: own_vhost.to_owned(),
             uri,
             courier,
@@ -114,6 +133,29 @@ impl Outlets {
     /// on low disk — or a publish on it failed) and must be replaced before publishing there.
     pub fn own_closed(&self) -> bool {
         self.own_broken || !self.own.status().connected()
+    }
+
+    /// Whether the own vhost's depth channel is closed (a refused declare closed it).
+    pub fn own_probe_closed(&self) -> bool {
+        !self.own_probe.status().connected()
+    }
+
+    /// Depths in the own vhost are asked on `channel` from now on.
+    pub fn replace_own_probe(&mut self, channel: Channel) {
+        self.own_probe = channel;
+    }
+
+    /// The channel to ask a queue's depth on in `vhost`, if one is open. Never waits.
+    fn probe_channel(&mut self, vhost: &str) -> Option<Channel> {
+        if vhost == self.own_vhost {
+            return (!self.own_probe_closed()).then(|| self.own_probe.clone());
+        }
+        let opened = self.foreign(vhost)?;
+        opened
+            .probe
+            .status()
+            .connected()
+            .then(|| opened.probe.clone())
     }
 
     /// Publishes to the own vhost go on `channel` (a new confirm channel) from now on.
@@ -248,23 +290,35 @@ async fn open(uri: &BrokerUri, vhost: &str) -> Result<Opened, String> {
     let connection = connect(uri, Some(vhost)).await.map_err(|e| e.to_string())?;
     let channels = async {
         let confirm = confirm_channel(&connection).await?;
-        let beats = connection
-            .create_channel()
-            .await
-            .map_err(|e| format!("channel: {e}"))?;
-        Ok::<_, String>((confirm, beats))
+        let plain = || async {
+            connection
+                .create_channel()
+                .await
+                .map_err(|e| format!("channel: {e}"))
+        };
+        Ok::<_, String>((confirm, plain().await?, plain().await?))
     };
-    let (confirm, beats) = tokio::time::timeout(connect::HANDSHAKE_TIMEOUT, channels)
+    let (confirm, beats, probe) = tokio::time::timeout(connect::HANDSHAKE_TIMEOUT, channels)
         .await
         .unwrap_or_else(|_| Err(format!("no answer opening a channel in `{vhost}`")))?;
     Ok(Opened {
         connection,
         confirm,
         beats,
+        probe,
     })
 }
 
 impl Pump {
+    /// A pump for a new connection; a queue the broker refuses rests at most `cap` between
+    /// tests.
+    pub fn new(cap: Duration) -> Pump {
+        Pump {
+            cap,
+            ..Pump::default()
+        }
+    }
+
     /// Publishes what is in the outbox and not in flight, oldest first: at most [`PUMP_ROUND`]
     /// entries (the link's loop stays responsive), and no more than [`MAX_IN_FLIGHT`] awaiting
     /// confirms. When a round was full and got somewhere with room left, the pump wakes itself
@@ -280,14 +334,20 @@ impl Pump {
         for vhost in self.confirmed_foreign.drain() {
             outlets.foreign_ok(&vhost);
         }
+        self.ask_depths(outlets);
+        self.read_depths(courier);
         let round = PUMP_ROUND.min(MAX_IN_FLIGHT.saturating_sub(self.in_flight.len()));
         if round == 0 {
             self.behind = true;
             return Ok(());
         }
+        self.lanes.wake(Instant::now());
         let pending = courier
             .state
-            .outbox_pending(&|id| self.in_flight.contains(&id), round)
+            .outbox_pending(
+                &|id| self.in_flight.contains_key(&id) || self.lanes.parked(id),
+                round,
+            )
             .map_err(|e| e.to_string())?;
         let full = pending.len() >= round;
         let now = now_ms();
@@ -322,6 +382,14 @@ impl Pump {
             if blocked.contains(&record.vhost) {
                 continue;
             }
+            let lane = Lane {
+                vhost: record.vhost.clone(),
+                key: record.key.clone(),
+            };
+            let admit = self.lanes.admit(&lane, id, Instant::now());
+            if admit == Admit::Park {
+                continue;
+            }
             let Some(channel) = outlets.channel(&record.vhost) else {
                 blocked.insert(record.vhost.clone());
                 continue;
@@ -342,10 +410,10 @@ impl Pump {
             match published {
                 Ok(confirm) => {
                     progressed = true;
-                    self.in_flight.insert(id);
-                    if record.vhost != courier.vhost {
-                        self.in_flight_foreign.insert(id, record.vhost.clone());
+                    if admit == Admit::Test {
+                        self.lanes.testing(&lane, id);
                     }
+                    self.in_flight.insert(id, lane);
                     self.confirms
                         .spawn(async move { (id, confirm.await.map_err(|e| e.to_string())) });
                 }
@@ -384,6 +452,86 @@ impl Pump {
         !self.confirms.is_empty()
     }
 
+    /// When a queue the broker refused may be tried again (the link runs the pump then).
+    pub fn wake_at(&self) -> Option<Instant> {
+        self.lanes.wake_at()
+    }
+
+    /// Asks the depth of each refused queue not asked since its last refusal (a passive
+    /// declare, in its own task: the link's loop never waits for it).
+    fn ask_depths(&mut self, outlets: &mut Outlets) {
+        if !self.lanes.any() {
+            return;
+        }
+        for lane in self.lanes.due_for_depth() {
+            let (tx, rx) = oneshot::channel::<Depth>();
+            self.lanes.asking(&lane, rx);
+            let (Some(queue), Some(channel)) =
+                (queue_of_key(&lane.key), outlets.probe_channel(&lane.vhost))
+            else {
+                let _ = tx.send(Err("no channel to ask it on".to_owned()));
+                continue;
+            };
+            let wake = Arc::clone(&outlets.courier);
+            tokio::spawn(async move {
+                let passive = QueueDeclareOptions {
+                    passive: true,
+                    ..QueueDeclareOptions::default()
+                };
+                let asked =
+                    channel.queue_declare(queue.as_str().into(), passive, FieldTable::default());
+                let depth = match tokio::time::timeout(DEPTH_TIMEOUT, asked).await {
+                    Ok(Ok(queue)) => Ok(queue.message_count()),
+                    Ok(Err(error)) => Err(error.to_string()),
+                    Err(_) => Err(format!("no answer within {DEPTH_TIMEOUT:?}")),
+                };
+                let _ = tx.send(depth);
+                wake.outbox_ready.notify_one();
+            });
+        }
+    }
+
+    /// Reads the depths answered: a queue at its limit fails the messages it refused (`inbox
+    /// full`, for good); one below it, or one whose depth the broker will not give, keeps them
+    /// retrying.
+    fn read_depths(&mut self, courier: &Courier) {
+        for (lane, depth, waiting) in self.lanes.answers() {
+            let queue = queue_of_key(&lane.key).unwrap_or_default();
+            match depth {
+                Ok(depth) if i64::from(depth) >= DEFAULT_MAX_LENGTH && !waiting.is_empty() => {
+                    let now = now_ms();
+                    let reason = Outcome::InboxFull.reason().map(str::to_owned);
+                    let moved: Vec<(Uuid, Vec<u8>)> = waiting
+                        .iter()
+                        .filter_map(|id| {
+                            let t = courier.delivery(*id).ok().flatten()?;
+                            let mut t = t.moved(DeliveryState::Failed, reason.clone(), now);
+                            t.in_broker = true;
+                            Some((*id, t.encode()))
+                        })
+                        .collect();
+                    let records: Vec<(Uuid, &[u8])> =
+                        moved.iter().map(|(id, r)| (*id, r.as_slice())).collect();
+                    match courier.state.outbox_settle(&waiting, &records) {
+                        Ok(()) => {
+                            self.lanes.failed(&lane, &waiting);
+                            tracing::warn!(vhost = %lane.vhost, %queue, depth, failed = waiting.len(), "inbox full: the messages it refused failed");
+                        }
+                        Err(error) => {
+                            tracing::warn!(%error, "cannot record messages an inbox refused");
+                        }
+                    }
+                }
+                Ok(depth) => {
+                    tracing::debug!(vhost = %lane.vhost, %queue, depth, "a refused queue is below its limit: retrying");
+                }
+                Err(reason) => {
+                    tracing::debug!(vhost = %lane.vhost, %queue, %reason, "a refused queue's depth is unknown: retrying");
+                }
+            }
+        }
+    }
+
     /// The next broker answers (one awaited, and every other already in), settled in one
     /// transaction. `None` when nothing is in flight; `Some(Err)` when a confirm was lost (the
     /// entry stays in the outbox).
@@ -396,13 +544,18 @@ impl Pump {
         let mut confirms = Vec::with_capacity(answers.len());
         let mut returned = Vec::new();
         let mut lost = None;
+        let mut lanes: HashMap<Uuid, Lane> = HashMap::new();
         for joined in answers {
             let Ok((id, answer)) = joined else {
                 lost = Some("a confirm task failed".to_owned());
                 continue;
             };
-            self.in_flight.remove(&id);
-            let foreign = self.in_flight_foreign.remove(&id);
+            let lane = self.in_flight.remove(&id);
+            let foreign = lane
+                .as_ref()
+                .filter(|lane| lane.vhost != courier.vhost)
+                .map(|lane| lane.vhost.clone());
+            lanes.extend(lane.map(|lane| (id, lane)));
             // lapin hands a return to whichever confirm completes next: kept by message id.
             match answer {
                 Ok(Confirmation::Ack(r)) => {
@@ -420,7 +573,7 @@ impl Pump {
         }
         let read = self
             .returns
-            .read(&confirms, &returned, |id| self.in_flight.contains(&id));
+            .read(&confirms, &returned, |id| self.in_flight.contains_key(&id));
         let record = |id: Uuid| {
             courier
                 .state
@@ -431,21 +584,58 @@ impl Pump {
         };
         let mut removed = Vec::with_capacity(read.settled.len());
         let mut moved: Vec<(Uuid, Vec<u8>)> = Vec::new();
+        let at = Instant::now();
         for (id, outcome) in read.settled {
-            removed.push(id);
+            let lane = lanes.get(&id);
             let state = match outcome {
                 Outcome::Queued => DeliveryState::Queued,
                 Outcome::NoSuchAgent | Outcome::InboxFull => DeliveryState::Failed,
+                Outcome::Refused => {
+                    // Kept in the outbox: its queue rests and is tested again.
+                    if let Some(lane) = lane
+                        && self.lanes.refused(lane, id, at, self.cap)
+                    {
+                        tracing::warn!(vhost = %lane.vhost, queue = %queue_of_key(&lane.key).unwrap_or_default(), "the broker refuses messages for a queue (a nack without a return): they stay in the outbox and go again with backoff");
+                    }
+                    if let Some(t) = record(id) {
+                        moved.push((id, t.retrying(REFUSED_WHY, now).encode()));
+                    }
+                    courier.outbox_ready.notify_one();
+                    continue;
+                }
             };
+            removed.push(id);
+            if let Some(lane) = lane
+                && let Some(ended) = self.lanes.answered(lane, at)
+            {
+                tracing::info!(vhost = %lane.vhost, queue = %queue_of_key(&lane.key).unwrap_or_default(), nacks = ended.nacks, secs = ended.lasted.as_secs(), "the broker takes messages for the queue again");
+                courier.outbox_ready.notify_one();
+            }
             if let Some(t) = record(id) {
                 let mut t = t.moved(state, outcome.reason().map(str::to_owned), now);
                 t.in_broker = true;
                 moved.push((id, t.encode()));
             }
         }
-        // Returned after its ack was read: it was never routed, so `queued` becomes `no such
-        // agent`; one that already failed (a nack: inbox full) stays as it is.
+        // Returned after its confirm was read. After a bare nack (the entry waits in a refused
+        // queue): LavinMQ's full inbox, which returns and nacks at once — failed for good.
+        // After an ack: it was never routed, so `queued` becomes `no such agent`; one that
+        // already failed stays as it is.
         for id in read.late {
+            if let Some(lane) = self.lanes.refused_on(id) {
+                self.lanes.failed(&lane, &[id]);
+                removed.push(id);
+                if let Some(t) = record(id) {
+                    let mut t = t.moved(
+                        DeliveryState::Failed,
+                        Outcome::InboxFull.reason().map(str::to_owned),
+                        now,
+                    );
+                    t.in_broker = true;
+                    moved.push((id, t.encode()));
+                }
+                continue;
+            }
             if let Some(t) = record(id).filter(|t| t.state == DeliveryState::Queued && t.in_broker)
             {
                 let t = t.moved(

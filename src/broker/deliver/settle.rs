@@ -12,8 +12,12 @@
 //! lapin hands a return to whichever confirm of the channel completes next — with the ack or
 //! the nack of another message — so a return is matched to its message by message id, never by
 //! the confirm it came with, and may come in a batch before or after its own confirm. The rule:
-//! a nack means the inbox was full, whatever else came (`inbox full`); an ack of a returned
-//! message means no queue was bound (`no such agent`); an ack alone means the broker has it.
+//! a nack with a return is a full inbox (LavinMQ's answer: `inbox full`); a nack alone says
+//! only that the broker did not take it — a full `reject-publish` inbox on RabbitMQ, but also a
+//! quorum queue changing leader, which nacks for seconds while the queue is empty — so it is
+//! `refused`, and the pump keeps the entry and learns which (`pump::Lanes`); an ack of a
+//! returned message means no queue was bound (`no such agent`); an ack alone means the broker
+//! has it.
 
 use std::collections::HashSet;
 
@@ -35,15 +39,19 @@ pub(super) enum Outcome {
     Queued,
     /// Returned and acked: no queue is bound for its key.
     NoSuchAgent,
-    /// Nacked: the queue refused it (full, `reject-publish`).
+    /// Nacked and returned: the queue refused it because it is full (LavinMQ).
     InboxFull,
+    /// Nacked alone: the broker did not take it, and did not say why (RabbitMQ's full inbox, or
+    /// a queue without a leader for the moment). Not final: the entry stays in the outbox.
+    Refused,
 }
 
 impl Outcome {
-    /// The failure reason shown to the sender; `None` for [`Outcome::Queued`].
+    /// The failure reason shown to the sender; `None` for [`Outcome::Queued`] and
+    /// [`Outcome::Refused`] (no failure yet).
     pub(super) fn reason(self) -> Option<&'static str> {
         match self {
-            Outcome::Queued => None,
+            Outcome::Queued | Outcome::Refused => None,
             Outcome::NoSuchAgent => Some("no such agent (no inbox is bound)"),
             Outcome::InboxFull => Some("inbox full"),
         }
@@ -84,7 +92,8 @@ impl Returns {
             .map(|&(id, answer)| {
                 let was_returned = self.waiting.remove(&id);
                 let outcome = match answer {
-                    Answer::Nack => Outcome::InboxFull,
+                    Answer::Nack if was_returned => Outcome::InboxFull,
+                    Answer::Nack => Outcome::Refused,
                     Answer::Ack if was_returned => Outcome::NoSuchAgent,
                     Answer::Ack => Outcome::Queued,
                 };
@@ -120,23 +129,33 @@ mod tests {
         let (a, b, _) = ids();
         let mut returns = Returns::default();
         let first = returns.read(&[(b, Answer::Nack)], &[a], |id| id == a);
-        assert_eq!(first.settled, vec![(b, Outcome::InboxFull)]);
+        assert_eq!(
+            first.settled,
+            vec![(b, Outcome::Refused)],
+            "B's own return has not been read yet: refused, not yet known full"
+        );
         assert!(first.late.is_empty(), "A still awaits its ack");
         let second = returns.read(&[(a, Answer::Ack)], &[b], |_| false);
         assert_eq!(second.settled, vec![(a, Outcome::NoSuchAgent)]);
         assert_eq!(
             second.late,
             vec![b],
-            "B's return comes after its nack: the caller leaves a failed message alone"
+            "B's return comes after its nack: the caller learns B's inbox is full"
         );
     }
 
     #[test]
-    fn a_nack_wins_over_a_return_in_the_same_batch() {
+    fn a_nack_with_its_return_is_a_full_inbox_and_a_nack_alone_is_only_refused() {
         let (a, b, c) = ids();
+        let d = Uuid::now_v7();
         let mut returns = Returns::default();
         let read = returns.read(
-            &[(a, Answer::Ack), (b, Answer::Nack), (c, Answer::Ack)],
+            &[
+                (a, Answer::Ack),
+                (b, Answer::Nack),
+                (c, Answer::Ack),
+                (d, Answer::Nack),
+            ],
             &[b, a],
             |_| false,
         );
@@ -145,10 +164,12 @@ mod tests {
             vec![
                 (a, Outcome::NoSuchAgent),
                 (b, Outcome::InboxFull),
-                (c, Outcome::Queued)
+                (c, Outcome::Queued),
+                (d, Outcome::Refused)
             ]
         );
         assert!(read.late.is_empty());
+        assert_eq!(Outcome::Refused.reason(), None, "not a failure");
     }
 
     #[test]
@@ -159,7 +180,7 @@ mod tests {
         let read = returns.read(&[(a, Answer::Ack), (b, Answer::Nack)], &[a], |_| false);
         assert_eq!(
             read.settled,
-            vec![(a, Outcome::NoSuchAgent), (b, Outcome::InboxFull)]
+            vec![(a, Outcome::NoSuchAgent), (b, Outcome::Refused)]
         );
         // The confirm carrying A's return was joined a batch after A's own ack: A is late.
         let (a2, _, _) = ids();
