@@ -19,6 +19,10 @@ const HELD: TableDefinition<'_, &[u8], &[u8]> = TableDefinition::new("held");
 const AGENTS: TableDefinition<'_, &[u8], &[u8]> = TableDefinition::new("agents");
 const DELIVERY: TableDefinition<'_, &[u8], &[u8]> = TableDefinition::new("delivery");
 const SPAWNED: TableDefinition<'_, &[u8], &[u8]> = TableDefinition::new("spawned");
+const PLACEMENT: TableDefinition<'_, &[u8], &[u8]> = TableDefinition::new("placement");
+
+/// Most placements of agents on other hosts remembered (the lowest ids go first).
+pub const MAX_PLACEMENTS: u64 = 4096;
 
 /// Most agents remembered as spawned on other hosts at this host's request (the oldest go
 /// first).
@@ -191,6 +195,7 @@ impl StateStore {
             txn.open_table(AGENTS)?;
             txn.open_table(DELIVERY)?;
             txn.open_table(SPAWNED)?;
+            txn.open_table(PLACEMENT)?;
             Ok(())
         })?;
         Ok(store)
@@ -540,6 +545,25 @@ impl StateStore {
     /// What [`StateStore::spawned_put`] remembered of agent `id`.
     pub fn spawned_get(&self, id: Uuid) -> Result<Option<Vec<u8>>, StateError> {
         self.get(SPAWNED, "spawned get", id)
+    }
+
+    /// Remembers where agent `id` of another host was last seen (`record`, the caller's
+    /// encoding); past [`MAX_PLACEMENTS`] the entry with the lowest id goes. Committed without
+    /// waiting for the disk: a placement lost in a crash is learned again from the next beat.
+    pub fn placement_put(&self, id: Uuid, record: &[u8]) -> Result<(), StateError> {
+        self.write_with("placement store", Durability::None, |txn| {
+            let mut t = txn.open_table(PLACEMENT)?;
+            if t.len()? >= MAX_PLACEMENTS && t.get(id.as_bytes().as_slice())?.is_none() {
+                t.pop_first()?;
+            }
+            t.insert(id.as_bytes().as_slice(), record)?;
+            Ok(())
+        })
+    }
+
+    /// Every remembered placement.
+    pub fn placements(&self) -> Result<Vec<(Uuid, Vec<u8>)>, StateError> {
+        self.list(PLACEMENT, "placement list", usize::MAX)
     }
 
     /// A message's delivery record.

@@ -101,8 +101,8 @@ pub struct Courier {
     agents: Arc<Registry>,
     /// Woken when the outbox has something to publish.
     pub outbox_ready: Notify,
-    /// Where agents were last placed (see [`Courier::placed_at`]).
-    placements: std::sync::Mutex<HashMap<Uuid, (Party, std::time::Instant)>>,
+    /// Where agents were last placed (see [`Courier::placed_at`]), and when it was last stored.
+    placements: std::sync::Mutex<HashMap<Uuid, Placed>>,
     /// The policy messages from other hosts are decided by (see [`Courier::use_policy`]).
     policy: std::sync::OnceLock<crate::policy::Current>,
 }
@@ -112,6 +112,30 @@ const PLACEMENT_TTL: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// At most this many placements are remembered.
 const MAX_PLACEMENTS: usize = 4096;
+
+/// A placement seen again is written to the state store at most this often (a change of host
+/// at once).
+const PLACEMENT_STORED_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Where an agent of another host was last seen.
+#[derive(Clone, Debug)]
+struct Placed {
+    party: Party,
+    /// When it was seen there.
+    at: std::time::Instant,
+    /// When it was last written to the state store.
+    stored: Option<std::time::Instant>,
+}
+
+/// A placement as the state store keeps it (so that it outlives a restart: a message sent
+/// right after one, before the first beat, still finds its host).
+#[derive(Serialize, Deserialize)]
+struct StoredPlacement {
+    fleet: String,
+    host: String,
+    /// When it was seen there, Unix milliseconds.
+    at_ms: i64,
+}
 
 impl Courier {
     /// The courier of host `host` in `fleet` (own vhost `vhost`); loads the local agents.
@@ -144,6 +168,7 @@ impl Courier {
         state: Arc<StateStore>,
     ) -> Result<Courier, StateError> {
         let agents = Arc::new(Registry::load(Arc::clone(&state))?);
+        let placements = load_placements(&state)?;
         Ok(Courier {
             fleet: fleet.to_owned(),
             host: host.to_owned(),
@@ -152,22 +177,50 @@ impl Courier {
             state,
             agents,
             outbox_ready: Notify::new(),
-            placements: std::sync::Mutex::new(HashMap::new()),
+            placements: std::sync::Mutex::new(placements),
             policy: std::sync::OnceLock::new(),
         })
     }
 
     /// Remembers that agent `agent` lives on `host`: seen there by the roster, or the sender of
     /// a verified message from there.
+    /// Kept in the state store too (written when it changes, else at most once a minute).
     pub fn remember_placement(&self, agent: Uuid, host: &Party) {
-        if let Ok(mut placements) = self.placements.lock() {
-            if placements.len() >= MAX_PLACEMENTS {
-                placements.retain(|_, (_, at)| at.elapsed() < PLACEMENT_TTL);
+        let now = std::time::Instant::now();
+        let store = {
+            let Ok(mut placements) = self.placements.lock() else {
+                return;
+            };
+            if placements.len() >= MAX_PLACEMENTS && !placements.contains_key(&agent) {
+                placements.retain(|_, placed| placed.at.elapsed() < PLACEMENT_TTL);
                 if placements.len() >= MAX_PLACEMENTS {
                     placements.clear();
                 }
             }
-            placements.insert(agent, (host.clone(), std::time::Instant::now()));
+            let stored = placements
+                .get(&agent)
+                .filter(|placed| placed.party == *host)
+                .and_then(|placed| placed.stored)
+                .filter(|at| at.elapsed() < PLACEMENT_STORED_EVERY);
+            placements.insert(
+                agent,
+                Placed {
+                    party: host.clone(),
+                    at: now,
+                    stored: stored.or(Some(now)),
+                },
+            );
+            stored.is_none()
+        };
+        if store {
+            let record = StoredPlacement {
+                fleet: host.fleet.clone(),
+                host: host.host.clone(),
+                at_ms: now_ms(),
+            };
+            if let Err(error) = self.state.placement_put(agent, &encode(&record)) {
+                tracing::debug!(%error, "placement not stored");
+            }
         }
     }
 
@@ -177,8 +230,8 @@ impl Courier {
     /// roster, where each host announces only itself, wins.
     pub fn placed_at(&self, agent: Uuid) -> Option<Party> {
         let placements = self.placements.lock().ok()?;
-        let (party, at) = placements.get(&agent)?;
-        (at.elapsed() < PLACEMENT_TTL).then(|| party.clone())
+        let placed = placements.get(&agent)?;
+        (placed.at.elapsed() < PLACEMENT_TTL).then(|| placed.party.clone())
     }
 
     /// This host.
@@ -551,6 +604,40 @@ impl Courier {
         });
         self.to_gateway(dest, &payload)
     }
+}
+
+/// The placements the state store kept that are still young enough to serve.
+fn load_placements(state: &StateStore) -> Result<HashMap<Uuid, Placed>, StateError> {
+    let now = std::time::Instant::now();
+    let wall = now_ms();
+    let mut out = HashMap::new();
+    for (agent, bytes) in state.placements()? {
+        let Ok(stored) = serde_json::from_slice::<StoredPlacement>(&bytes) else {
+            continue;
+        };
+        let age = std::time::Duration::from_millis(
+            u64::try_from(wall.saturating_sub(stored.at_ms)).unwrap_or(u64::MAX),
+        );
+        if age >= PLACEMENT_TTL || stored.host.is_empty() {
+            continue;
+        }
+        let Some(at) = now.checked_sub(age) else {
+            continue;
+        };
+        let party = Party {
+            fleet: stored.fleet,
+            host: stored.host,
+        };
+        out.insert(
+            agent,
+            Placed {
+                party,
+                at,
+                stored: Some(at),
+            },
+        );
+    }
+    Ok(out)
 }
 
 /// JSON bytes of a record.

@@ -478,3 +478,31 @@ fn a_host_users_envelopes_must_claim_its_own_host() {
     );
     assert_eq!(audit[1].0, "message.accepted", "{audit:?}");
 }
+
+#[test]
+fn where_a_remote_agent_was_seen_outlives_a_restart() {
+    let key = Arc::new(HostKey::generate().unwrap().0);
+    let g = gateway("a1", &key);
+    let (seen, moved) = (Uuid::now_v7(), Uuid::now_v7());
+    let b1 = Party {
+        fleet: "other".to_owned(),
+        host: "b1".to_owned(),
+    };
+    let b2 = Party {
+        fleet: "other".to_owned(),
+        host: "b2".to_owned(),
+    };
+    g.courier.remember_placement(seen, &b1);
+    g.courier.remember_placement(moved, &b1);
+    g.courier.remember_placement(moved, &b2);
+    assert_eq!(g.courier.placed_at(seen), Some(b1.clone()));
+    // A restart: a new courier on the same state store, before any beat.
+    let again = Courier::new(FLEET, "a1", "/f", Arc::clone(&key), Arc::clone(&g.state)).unwrap();
+    assert_eq!(
+        again.placed_at(seen),
+        Some(b1),
+        "known at once after a restart"
+    );
+    assert_eq!(again.placed_at(moved), Some(b2), "where it was seen last");
+    assert_eq!(again.placed_at(Uuid::now_v7()), None, "never seen: unknown");
+}
