@@ -14,7 +14,7 @@ use tokio::process::Command;
 
 use super::grants::{
     FLEET_EXCHANGES, Permissions, admitted_permissions, host_permissions, host_user,
-    own_permissions, regex_escape, vhost,
+    own_permissions, vhost,
 };
 use super::topology::{
     INGRESS_BINDINGS, SEND_EXCHANGE, host_binding_keys, host_exchange, ingress_exchange,
@@ -261,21 +261,7 @@ async fn declare_as_admin(
     for binding in bindings {
         names.extend([binding.source.as_str(), binding.destination.as_str()]);
     }
-    names.sort_unstable();
-    names.dedup();
-    let pattern = format!(
-        "^({})$",
-        names
-            .iter()
-            .map(|n| regex_escape(n))
-            .collect::<Vec<_>>()
-            .join("|")
-    );
-    let temporary = Permissions {
-        configure: pattern.clone(),
-        write: pattern.clone(),
-        read: pattern,
-    };
+    let temporary = super::grants::exactly(&names);
     ctl.set_permissions(vhost, &admin.user, &temporary).await?;
     let result = async {
         let connection = connect(admin, Some(vhost))

@@ -29,6 +29,52 @@ pub const FLEET_EXCHANGES: [&str; 2] = [SEND_EXCHANGE, ROSTER_EXCHANGE];
 /// Deny-all pattern.
 pub const NOTHING: &str = "^$";
 
+/// Configure, write and read on exactly the objects `names` (anchored, escaped): what the admin
+/// holds while it declares and binds the topology's exchanges, and loses afterwards.
+pub fn exactly(names: &[&str]) -> Permissions {
+    let mut names = names.to_vec();
+    names.sort_unstable();
+    names.dedup();
+    let pattern = format!(
+        "^({})$",
+        names
+            .iter()
+            .map(|n| regex_escape(n))
+            .collect::<Vec<_>>()
+            .join("|")
+    );
+    Permissions {
+        configure: pattern.clone(),
+        write: pattern.clone(),
+        read: pattern,
+    }
+}
+
+/// The printed RabbitMQ script's administrator: rabbitmqadmin logs in as it, and RabbitMQ gives
+/// nobody rights on a vhost `rabbitmqctl add_vhost` made, so it is granted exactly the exchanges
+/// it declares and binds, and cleared at the end (as `--apply` does).
+const ADMIN_LINE: &str = "admin=\"${RABBITMQADMIN_USER:-guest}\"   # the administrator rabbitmqadmin logs in as (its ~/.rabbitmqadmin.conf or -u): rights on exactly these exchanges while they are declared, none after";
+
+/// The lines granting the printed script's admin (see [`ADMIN_LINE`]) `names` in `vhost`.
+fn admin_grant(vhost: &str, names: &[&str]) -> String {
+    let p = exactly(names);
+    format!(
+        "{ADMIN_LINE}\nrabbitmqctl set_permissions -p {} \"$admin\" {} {} {}",
+        quote(vhost),
+        quote(&p.configure),
+        quote(&p.write),
+        quote(&p.read)
+    )
+}
+
+/// The line taking the admin's rights on `vhost` away again.
+fn admin_clear(vhost: &str) -> String {
+    format!(
+        "rabbitmqctl clear_permissions -p {} \"$admin\"",
+        quote(vhost)
+    )
+}
+
 /// The three permission patterns of one user on one vhost.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Permissions {
@@ -111,9 +157,22 @@ pub enum Tool {
 /// only the right to open it (root or the LavinMQ user), as for `lavinmqctl` itself.
 pub const LAVINMQ_SOCKET: &str = "/tmp/lavinmqctl.sock";
 
+/// Where a new user's password is read from in a printed script: the file given
+/// (`--password-file`), else a placeholder path for the operator to replace.
+fn password_source(given: Option<&str>, user: &str) -> String {
+    given.map_or_else(|| format!("/path/to/{user}.password"), quote)
+}
+
 /// The commands that set up `fleet`, admitting `admits` (with `shared`, also the shared fleet
-/// user `FLEET`), as a shell script to review and run.
-pub fn script(fleet: &str, admits: &[String], shared: bool, tool: Tool) -> String {
+/// user `FLEET`, its password read from `password_file` when given), as a shell script to
+/// review and run. Every value in it is printed as it is to be run (names, keys, patterns);
+/// no password is ever in it.
+pub fn script(
+    fleet: &str,
+    admits: &[String],
+    (shared, password_file): (bool, Option<&str>),
+    tool: Tool,
+) -> String {
     let vhost = vhost(fleet);
     let ctl = match tool {
         Tool::Rabbitmqctl => "rabbitmqctl",
@@ -145,8 +204,9 @@ pub fn script(fleet: &str, admits: &[String], shared: bool, tool: Tool) -> Strin
             Tool::Rabbitmqctl => {
                 line("# reads the password from stdin; never put it on a command line".to_owned());
                 line(format!(
-                    "rabbitmqctl add_user {} < /path/to/{fleet}.password",
-                    quote(fleet)
+                    "rabbitmqctl add_user {} < {}",
+                    quote(fleet),
+                    password_source(password_file, fleet)
                 ));
                 line(format!("rabbitmqctl set_user_tags {}", quote(fleet)));
             }
@@ -165,6 +225,12 @@ pub fn script(fleet: &str, admits: &[String], shared: bool, tool: Tool) -> Strin
         "# the fleet's exchanges, declared by the admin (host users may not configure them)"
             .to_owned(),
     );
+    let ingress: Vec<String> = admits.iter().map(|o| ingress_exchange(o)).collect();
+    if tool == Tool::Rabbitmqctl {
+        let mut names: Vec<&str> = FLEET_EXCHANGES.to_vec();
+        names.extend(ingress.iter().map(String::as_str));
+        line(admin_grant(&vhost, &names));
+    }
     for name in FLEET_EXCHANGES {
         line(declare_exchange(tool, fleet, name));
     }
@@ -203,6 +269,9 @@ pub fn script(fleet: &str, admits: &[String], shared: bool, tool: Tool) -> Strin
                 "# to revoke {origin} later: curl -fsS --unix-socket \"$sock\" -X DELETE http://localhost/api/permissions/%2F{fleet}/{origin}.HOST   # {each}"
             ),
         });
+    }
+    if tool == Tool::Rabbitmqctl {
+        line(admin_clear(&vhost));
     }
     out
 }
@@ -277,8 +346,14 @@ pub(super) fn regex_escape(text: &str) -> String {
 
 /// The commands that create host `host`'s user `FLEET.HOST` in `fleet` (whose grants, run
 /// first, made the vhost and its exchanges), writing into the ingress exchanges of the fleets in
-/// `into` (which admit `fleet`), as a shell script to review and run.
-pub fn host_script(fleet: &str, host: &str, into: &[String], tool: Tool) -> String {
+/// `into` (which admit `fleet`), as a shell script to review and run; with RabbitMQ the
+/// password is read from `password_file` when given.
+pub fn host_script(
+    (fleet, host): (&str, &str),
+    into: &[String],
+    tool: Tool,
+    password_file: Option<&str>,
+) -> String {
     let own_vhost = vhost(fleet);
     let user = host_user(fleet, host);
     let ctl = match tool {
@@ -292,8 +367,9 @@ pub fn host_script(fleet: &str, host: &str, into: &[String], tool: Tool) -> Stri
         Tool::Rabbitmqctl => {
             out.push_str("# reads the password from stdin; never put it on a command line\n");
             out.push_str(&format!(
-                "rabbitmqctl add_user {} < /path/to/{user}.password\nrabbitmqctl set_user_tags {}\n",
+                "rabbitmqctl add_user {} < {}\nrabbitmqctl set_user_tags {}\n",
                 quote(&user),
+                password_source(password_file, &user),
                 quote(&user)
             ));
         }
@@ -313,9 +389,14 @@ pub fn host_script(fleet: &str, host: &str, into: &[String], tool: Tool) -> Stri
     out.push('\n');
     let exchange = host_exchange(host);
     out.push_str(&format!(
-        "# the admin: host `{host}`'s own exchange, bound from fleet.send with its keys only\n{}\n",
-        declare_exchange(tool, fleet, &exchange)
+        "# the admin: host `{host}`'s own exchange, bound from fleet.send with its keys only\n"
     ));
+    if tool == Tool::Rabbitmqctl {
+        out.push_str(&admin_grant(&own_vhost, &[SEND_EXCHANGE, &exchange]));
+        out.push('\n');
+    }
+    out.push_str(&declare_exchange(tool, fleet, &exchange));
+    out.push('\n');
     for key in host_binding_keys(host) {
         out.push_str(&bind_exchange(
             tool,
@@ -323,6 +404,10 @@ pub fn host_script(fleet: &str, host: &str, into: &[String], tool: Tool) -> Stri
             (SEND_EXCHANGE, &exchange),
             &key,
         ));
+        out.push('\n');
+    }
+    if tool == Tool::Rabbitmqctl {
+        out.push_str(&admin_clear(&own_vhost));
         out.push('\n');
     }
     for target in into {
@@ -403,7 +488,12 @@ mod tests {
             Some(("fleet01", "w1.lab"))
         );
         assert_eq!(split_host_user("fleet01"), None);
-        let script = host_script("fleet01", "w1.lab", &["mac".to_owned()], Tool::Rabbitmqctl);
+        let script = host_script(
+            ("fleet01", "w1.lab"),
+            &["mac".to_owned()],
+            Tool::Rabbitmqctl,
+            None,
+        );
         assert!(script.contains(r"set_permissions -p /fleet01 fleet01.w1.lab '^(gw\.w1\.lab\.(ctl|roster)|agent\.w1\.lab\.[^.]+\.inbox)$'"), "{script}");
         assert!(
             script.contains(r"set_permissions -p /mac fleet01.w1.lab '^$' '^x\.in\.fleet01$' '^$'"),
@@ -416,7 +506,7 @@ mod tests {
         ] {
             assert!(script.contains(line), "{line} in {script}");
         }
-        let lavin = host_script("fleet01", "w1.lab", &[], Tool::Lavinmqctl);
+        let lavin = host_script(("fleet01", "w1.lab"), &[], Tool::Lavinmqctl, None);
         for line in [
             "lavinmqctl create_exchange -p /fleet01 --durable topic host.w1.lab",
             r#"--data '{"routing_key":"ctl.w1.lab"}' http://localhost/api/bindings/%2Ffleet01/e/fleet.send/e/host.w1.lab"#,
@@ -543,16 +633,21 @@ mod tests {
         ("create_exchange", 2, &["-p", "--durable"]),
     ];
 
-    #[test]
-    fn the_lavinmq_script_follows_lavinmqctl_and_the_control_socket_api() {
-        let text = script(
-            "f1",
-            &["f2".to_owned(), "f3".to_owned()],
-            true,
-            Tool::Lavinmqctl,
-        );
+    /// Checks a printed LavinMQ script line by line against LavinMQ 2.9's grammar, as the
+    /// operator reads it (through the scrubber, as `fleetd broker grants` prints): lavinmqctl
+    /// commands by [`LAVINMQCTL`]; curl over the control socket (`http/constants.cr`, run as
+    /// `__direct`: `http/handler/auth_handler.cr:12-15`), with bindings as
+    /// `BindingsController`'s `POST /api/bindings/:vhost/e/:name/e/:destination`, whose JSON
+    /// body's `routing_key` is bound verbatim (`http/controller/bindings.cr:128-155` at
+    /// cloudamqp/lavinmq 063760a: `body["routing_key"]` then `bind_exchange`), and users as
+    /// `PUT /api/users/:name` with the JSON on stdin (`users.cr:74-113`). `binds(source,
+    /// destination, key)`: whether the script may bind that. Returns the commands in order.
+    fn lavinmq_commands(text: &str, binds: impl Fn(&str, &str, &str) -> bool) -> Vec<String> {
+        let scrubber = crate::scrub::Scrubber::new();
         let mut seen = Vec::new();
         for line in text.lines() {
+            assert_eq!(scrubber.scrub(line), line, "printed as it is to be run");
+            assert!(!line.contains(crate::scrub::MARKER_PREFIX), "{line}");
             let words = words(line);
             let Some(program) = words.first() else {
                 continue;
@@ -570,7 +665,11 @@ mod tests {
                         if word.starts_with('-') {
                             assert!(flags.contains(&word.as_str()), "{word} in {line}");
                             if word == "-p" {
-                                assert!(rest.next().is_some_and(|v| v == "/f1"), "{line}");
+                                assert!(
+                                    rest.next()
+                                        .is_some_and(|v| v.len() == 3 && v.starts_with("/f")),
+                                    "{line}"
+                                );
                             }
                         } else {
                             args.push(word.as_str());
@@ -580,7 +679,9 @@ mod tests {
                     if command == "create_exchange" {
                         assert_eq!(args[0], "topic", "type first, then the name: {line}");
                         assert!(
-                            args[1].starts_with("x.in.f") || FLEET_EXCHANGES.contains(&args[1]),
+                            args[1].starts_with("x.in.f")
+                                || args[1].starts_with("host.")
+                                || FLEET_EXCHANGES.contains(&args[1]),
                             "{line}"
                         );
                         assert!(words.contains(&"--durable".to_owned()), "{line}");
@@ -596,22 +697,20 @@ mod tests {
                     );
                     let url = &words[words.len() - 1];
                     if let Some(path) = url.strip_prefix("http://localhost/api/bindings/%2Ff1/e/") {
-                        // BindingsController: POST /api/bindings/:vhost/e/:name/e/:destination
-                        // with {"routing_key": …}; :name is the source.
                         let at = words.iter().position(|w| w == "--data").unwrap();
                         let body: serde_json::Value = serde_json::from_str(&words[at + 1]).unwrap();
                         let key = body["routing_key"].as_str().unwrap();
                         let (source, destination) = path.split_once("/e/").unwrap();
-                        assert!(source.starts_with("x.in.f"), "{line}");
-                        assert!(INGRESS_BINDINGS.contains(&(destination, key)), "{line}");
+                        assert!(binds(source, destination, key), "{line}");
                         assert!(words.contains(&"POST".to_owned()), "{line}");
                         seen.push("bind".to_owned());
                         continue;
                     }
-                    assert_eq!(url, "http://localhost/api/users/f1");
+                    let user = url.strip_prefix("http://localhost/api/users/").unwrap();
+                    assert!(user == "f1" || user.starts_with("f1."), "{line}");
                     assert!(
                         line.contains("--data-binary @- ")
-                            && line.ends_with("< /path/to/f1.user.json")
+                            && line.ends_with(&format!("< /path/to/{user}.user.json"))
                     );
                     seen.push("user".to_owned());
                 }
@@ -619,6 +718,20 @@ mod tests {
                 other => panic!("unexpected command `{other}`: {line}"),
             }
         }
+        seen
+    }
+
+    #[test]
+    fn the_lavinmq_script_follows_lavinmqctl_and_the_control_socket_api() {
+        let text = script(
+            "f1",
+            &["f2".to_owned(), "f3".to_owned()],
+            (true, None),
+            Tool::Lavinmqctl,
+        );
+        let seen = lavinmq_commands(&text, |source, destination, key| {
+            source.starts_with("x.in.f") && INGRESS_BINDINGS.contains(&(destination, key))
+        });
         assert_eq!(
             seen,
             [
@@ -637,6 +750,31 @@ mod tests {
                 "set_permissions"
             ]
         );
+        // The host's script: its user, its permissions, its exchange bound from fleet.send with
+        // its own keys, write into the admitting fleet.
+        let host = host_script(("f1", "h1.lab"), &["f2".to_owned()], Tool::Lavinmqctl, None);
+        let seen = lavinmq_commands(&host, |source, destination, key| {
+            source == SEND_EXCHANGE
+                && destination == "host.h1.lab"
+                && host_binding_keys("h1.lab").contains(&key.to_owned())
+        });
+        assert_eq!(
+            seen,
+            [
+                "user",
+                "set_permissions",
+                "create_exchange",
+                "bind",
+                "bind",
+                "set_permissions"
+            ]
+        );
+        for key in host_binding_keys("h1.lab") {
+            assert!(
+                host.contains(&format!("{{\"routing_key\":\"{key}\"}}")),
+                "{key} verbatim: {host}"
+            );
+        }
         // Revocation: lavinmqctl has no clear_permissions; the HTTP DELETE of each grant.
         for origin in ["f2", "f3"] {
             let revoke = text
@@ -662,7 +800,7 @@ mod tests {
     #[test]
     fn script_never_holds_a_password_and_quotes_patterns() {
         for tool in [Tool::Rabbitmqctl, Tool::Lavinmqctl] {
-            let text = script("fleet01", &["mac".to_owned()], true, tool);
+            let text = script("fleet01", &["mac".to_owned()], (true, None), tool);
             assert!(text.contains(r"'^x\.in\.mac$'"), "{text}");
             assert!(
                 text.contains("set_permissions -p /fleet01 fleet01"),
@@ -674,7 +812,7 @@ mod tests {
             );
             // Without --shared-user: no fleet-wide user, no permission for any user; the
             // exchanges and the admitted fleet's ingress are still there.
-            let hosts_only = script("fleet01", &["mac".to_owned()], false, tool);
+            let hosts_only = script("fleet01", &["mac".to_owned()], (false, None), tool);
             for absent in ["add_user", "/api/users/", "set_permissions"] {
                 assert!(!hosts_only.contains(absent), "{absent} in {hosts_only}");
             }

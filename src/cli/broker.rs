@@ -45,7 +45,8 @@ pub enum BrokerCommand {
         /// Run them with rabbitmqctl (a user's password from --password-file or stdin).
         #[arg(long)]
         apply: bool,
-        /// A file (e.g. a credential) holding the new user's password; default: stdin.
+        /// A file (e.g. a credential) holding the new user's password; default: stdin. Printed
+        /// scripts (without --apply) read it from this file too (RabbitMQ).
         #[arg(long, value_name = "PATH")]
         password_file: Option<PathBuf>,
         /// The variable holding an admin AMQP URI (declares exchanges and binds them); also looked up as
@@ -138,9 +139,19 @@ pub(super) fn run(command: &BrokerCommand, config: Option<&Path>, out: &Output) 
                     ToolArg::Rabbitmqctl => grants::Tool::Rabbitmqctl,
                     ToolArg::Lavinmqctl => grants::Tool::Lavinmqctl,
                 };
+                // The printed script reads a new user's password from this file (never prints
+                // it); without one, from a placeholder path to replace.
+                let from = match password_file.as_deref().map(Path::to_str) {
+                    None => None,
+                    Some(Some(path)) => Some(path),
+                    Some(None) => {
+                        out.note("error: --password-file must be a UTF-8 path to print it");
+                        return exit::code(exit::USAGE);
+                    }
+                };
                 let script = match host {
-                    Some(host) => grants::host_script(fleet, host, into, tool),
-                    None => grants::script(fleet, admits, *shared_user, tool),
+                    Some(host) => grants::host_script((fleet, host), into, tool, from),
+                    None => grants::script(fleet, admits, (*shared_user, from), tool),
                 };
                 out.line(script.trim_end());
                 return exit::code(exit::OK);

@@ -187,6 +187,12 @@ fn secret_named_assignments_are_redacted() {
             "AccountName=a;AccountKey=Zx9pQ2rT7vLm==;EndpointSuffix=x",
             "AccountName=a;AccountKey=[redacted:key];EndpointSuffix=x",
         ),
+        // A routing key is a name; a token in one is still a token.
+        (
+            "routing_key=ghp_aaaaBBBBccccDDDDeeeeFFFFgggg0123456789",
+            "routing_key=[redacted:github-token]",
+        ),
+        ("SIGNING_KEY=Zx9pQ2rT7vLm", "SIGNING_KEY=[redacted:key]"),
     ];
     for (input, expected) in cases {
         assert_eq!(scrubbed(input), expected, "input {input:?}");
@@ -325,6 +331,9 @@ fn negatives_stay_intact() {
         "secret_ref = \"credential:broker-uri\"",
         "public key: ed25519:KvBwhG41KeHpZUEtXHykjZ4r28Bh+vpsy8CTO6a8IKE=",
         "pubkey = \"ed25519:KvBwhG41KeHpZUEtXHykjZ4r28Bh+vpsy8CTO6a8IKE=\"",
+        "rabbitmqadmin --vhost=/f1 declare binding source=fleet.send destination=host.h1 destination_type=exchange routing_key='agent.h1.*'",
+        "curl -X POST --data '{\"routing_key\":\"ctl.#\"}' http://localhost/api/bindings/%2Ff1/e/x.in.f2/e/fleet.send",
+        "bindingKey: roster.h1",
     ];
     for negative in negatives {
         assert_intact(negative);

@@ -159,6 +159,9 @@ const DESCRIPTORS: &[&[u8]] = &[
     b"help",
 ];
 
+/// Segments that, before `key`, make it a routing name (AMQP `routing_key`, `binding_key`).
+const NAME_KEYS: &[&[u8]] = &[b"routing", b"binding"];
+
 /// Most segments of a name looked at.
 const MAX_SEGMENTS: usize = 16;
 
@@ -207,6 +210,14 @@ fn name_kind(name: &[u8]) -> Option<(&'static str, Strength, usize)> {
     let (all, count) = segments(name.get(from..).unwrap_or_default());
     let parts = all.get(..count).unwrap_or_default();
     let last = parts.last()?;
+    // AMQP's routing and binding keys are names, not credentials (`routing_key='ctl.h1'` in a
+    // broker script); a credential-shaped value in one is still found by its shape.
+    if let [.., qualifier, last] = parts
+        && last.eq_ignore_ascii_case(b"key")
+        && NAME_KEYS.iter().any(|q| qualifier.eq_ignore_ascii_case(q))
+    {
+        return None;
+    }
     if let Some((kind, strength)) = secret_word(last) {
         return Some((kind, strength, parts.len()));
     }
