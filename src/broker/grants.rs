@@ -813,8 +813,13 @@ mod tests {
             // Without --shared-user: no fleet-wide user, no permission for any user; the
             // exchanges and the admitted fleet's ingress are still there.
             let hosts_only = script("fleet01", &["mac".to_owned()], (false, None), tool);
-            for absent in ["add_user", "/api/users/", "set_permissions"] {
+            for absent in ["add_user", "/api/users/"] {
                 assert!(!hosts_only.contains(absent), "{absent} in {hosts_only}");
+            }
+            // The only rights granted: the admin's, on the exchanges it declares, for the
+            // duration.
+            for line in hosts_only.lines().filter(|l| l.contains("set_permissions")) {
+                assert!(line.contains("\"$admin\""), "{line}");
             }
             for present in ["fleet.send", "x.in.mac", "--host HOST --into fleet01"] {
                 assert!(hosts_only.contains(present), "{present} in {hosts_only}");
