@@ -12,7 +12,12 @@
 //! is refused as late, and the audit chains verify. Before the streams, the contract passes 8/8
 //! with quorum queues through each node (reject-publish's one-more on quorum accounted for).
 //!
-//! This binary stops and kills cluster nodes, so it holds this one test.
+//! A second test kills, five times, the node both hosts are connected to, while both hosts
+//! stream to each other (quorum queues answer publishes with bare nacks for seconds after such
+//! a kill — the messages must wait, not fail), then restarts the sender and sends to the remote
+//! agent at once (its placement must come from the state store, not the first beat).
+//!
+//! This binary stops and kills cluster nodes: its tests take turns (`exclusive`).
 
 #![allow(
     clippy::unwrap_used,
@@ -25,9 +30,18 @@
 mod common;
 
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use common::{Fleets, Host, grants_on, nonce, wait_for};
+use common::{Fleets, Host, grants_on, nonce, terminate, wait_for};
+
+/// One test at a time: each stops and kills nodes.
+static CLUSTER: Mutex<()> = Mutex::new(());
+
+fn exclusive() -> MutexGuard<'static, ()> {
+    CLUSTER.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 const N: usize = 600;
 const SKEW_SECS: u64 = 2;
@@ -190,6 +204,7 @@ fn stream(
 
 #[test]
 fn numbered_streams_survive_a_leader_stop_a_killed_node_and_a_long_node_outage() {
+    let _turn = exclusive();
     // A run cut short before may have left a node down: whole again first, and at the end.
     drop(ClusterWhole);
     cluster(&["await"]);
@@ -320,4 +335,262 @@ fn numbered_streams_survive_a_leader_stop_a_killed_node_and_a_long_node_outage()
             .count();
         assert_eq!(refused, 0, "{}: nothing refused", host.name);
     }
+}
+
+/// Messages per direction in each round of [`five_kills_of_the_node_both_hosts_use_lose_nothing_and_fail_nothing`].
+const PER_ROUND: usize = 150;
+
+/// Sends `PER_ROUND` numbered messages `label #i` from `host`'s `from` to `to` through the
+/// local API as fast as it takes them, counting them in `sent`; their ids.
+fn burst(host: &Host, (to, from): (&str, &str), label: &str, sent: &AtomicUsize) -> Vec<String> {
+    (0..PER_ROUND)
+        .map(|i| {
+            let (id, route) = host.send(to, from, &format!("{label} #{i:04}"));
+            assert_eq!(route, "foreign", "{label}");
+            sent.fetch_add(1, Ordering::SeqCst);
+            id
+        })
+        .collect()
+}
+
+/// The cluster's queues, both hosts' status and what they logged since last asked, leaving out
+/// debug lines (for a failure message).
+fn states(a: &Host, b: &Host, logs: [&std::sync::mpsc::Receiver<String>; 2]) -> String {
+    let mut logged = String::new();
+    for (host, log) in [a, b].iter().zip(logs) {
+        while let Ok(line) = log.try_recv() {
+            if !line.contains("\"DEBUG\"") {
+                logged.push_str(&format!("{}: {line}\n", host.name));
+            }
+        }
+    }
+    format!(
+        "queues: {}\na1: {}b1: {}logged:\n{logged}",
+        queue_states(),
+        a.cli(&["status"]),
+        b.cli(&["status"])
+    )
+}
+
+/// Waits (`within`) until every message in `ids` sent from `host` is in state `wanted`; panics
+/// at once on a failed one (every failure here would be false) and names what is left.
+fn all_reach(
+    host: &Host,
+    ids: &[String],
+    wanted: &str,
+    within: Duration,
+    context: &dyn Fn() -> String,
+) {
+    let deadline = Instant::now() + within;
+    let mut left: Vec<&String> = ids.iter().collect();
+    while !left.is_empty() {
+        let mut still = Vec::new();
+        for id in left {
+            let state = host.delivery(id);
+            assert_ne!(
+                state["state"],
+                "failed",
+                "{}: a false failure: {state}\n{}",
+                host.name,
+                context()
+            );
+            if state["state"] != wanted && state["state"] != "acknowledged" {
+                still.push(id);
+            }
+        }
+        left = still;
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{}: {} of {} messages not {wanted} within {within:?}; first: {}\n{}",
+            host.name,
+            left.len(),
+            ids.len(),
+            host.delivery(left[0]),
+            context()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn five_kills_of_the_node_both_hosts_use_lose_nothing_and_fail_nothing() {
+    let _turn = exclusive();
+    drop(ClusterWhole);
+    cluster(&["await"]);
+    let _whole = ClusterWhole;
+    let nonce = nonce();
+    let (fa, fb) = (format!("ka{nonce}"), format!("kb{nonce}"));
+    let (pa, pb) = (format!("Pwka{nonce}x"), format!("Pwkb{nonce}x"));
+    let mut cleanup = Fleets::new(&[&fa, &fb]);
+    cleanup.node = Some("c1@localhost".to_owned());
+    let on = Some(("c1@localhost", ADMIN));
+    grants_on(on, &fa, &[&fb], &pa);
+    grants_on(on, &fb, &[&fa], &pb);
+    // Again: fb's user exists now, and fa's grants give it write on fa's ingress.
+    grants_on(on, &fa, &[&fb], &pa);
+
+    let root = tempfile::tempdir().unwrap();
+    let (mut a, mut b) = (Host::new(root.path(), "a1"), Host::new(root.path(), "b1"));
+    for host in [&mut a, &mut b] {
+        host.broker_nodes = NODES.to_owned();
+        host.broker_lines = format!("queue_type = \"quorum\"\nskew_secs = {SKEW_SECS}\n");
+    }
+    a.accept_mail_from(&[&fb]);
+    b.accept_mail_from(&[&fa]);
+    let (child, a_log) = a.start(&fa, &pa, &[&fb], &[(&b, &fb)]);
+    cleanup.children.push(child);
+    let (child, mut b_log) = b.start(&fb, &pb, &[&fa], &[(&a, &fa)]);
+    cleanup.children.push(child);
+    let mut seen = String::new();
+    for log in [&a_log, &b_log] {
+        wait_for(
+            log,
+            &mut seen,
+            &["broker connected"],
+            Duration::from_secs(30),
+        );
+    }
+    let primary = a.open_agent("primary");
+    let worker = b.open_agent("worker");
+    a.wait_listed(&worker);
+    b.wait_listed(&primary);
+
+    for round in 0..5 {
+        // A host's first node is drawn at random (hosts spread over the cluster); after a kill
+        // each moves to the node after the lost one, so hosts that shared one share the next.
+        // Until they share one, b1 is restarted (a fresh draw).
+        let node = connected_node(&a).expect("a1 is connected");
+        let mut draws = 0;
+        while connected_node(&b) != Some(node) {
+            draws += 1;
+            assert!(draws <= 30, "round {round}: b1 never drew c{node}");
+            terminate(&cleanup.children[1]);
+            cleanup.children[1].wait().unwrap();
+            let (child, log) = b.start(&fb, &pb, &[&fa], &[(&a, &fa)]);
+            cleanup.children[1] = child;
+            b_log = log;
+            wait_for(
+                &b_log,
+                &mut seen,
+                &["broker connected"],
+                Duration::from_secs(30),
+            );
+        }
+        let context = || states(&a, &b, [&a_log, &b_log]);
+        let (a_sent, b_sent) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        let (to_b, to_a) = std::thread::scope(|s| {
+            let to_b =
+                s.spawn(|| burst(&a, (&worker, &primary), &format!("r{round} a>b"), &a_sent));
+            let to_a =
+                s.spawn(|| burst(&b, (&primary, &worker), &format!("r{round} b>a"), &b_sent));
+            // A third of the way in, the node both use dies.
+            while a_sent.load(Ordering::SeqCst) + b_sent.load(Ordering::SeqCst) < 2 * PER_ROUND / 3
+                && !to_b.is_finished()
+            {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            cluster(&["kill", &node.to_string()]);
+            eprintln!("round {round}: killed c{node}");
+            (to_b.join().unwrap(), to_a.join().unwrap())
+        });
+        cluster(&["up", &node.to_string()]);
+        cluster(&["await"]);
+        // Whole again: every message delivered, none failed, each once, in order.
+        all_reach(&a, &to_b, "delivered", Duration::from_secs(120), &context);
+        all_reach(&b, &to_a, "delivered", Duration::from_secs(120), &context);
+        for (host, agent, direction) in [(&b, &worker, "a>b"), (&a, &primary, "b>a")] {
+            let texts = host.drain(agent);
+            let expected: Vec<String> = (0..PER_ROUND)
+                .map(|i| format!("r{round} {direction} #{i:04}"))
+                .collect();
+            assert_eq!(
+                texts,
+                expected,
+                "round {round} {direction}: each once, in order\n{}",
+                context()
+            );
+        }
+        // The receipts of what was taken: none left behind by a nack.
+        all_reach(
+            &a,
+            &to_b,
+            "acknowledged",
+            Duration::from_secs(120),
+            &context,
+        );
+        all_reach(
+            &b,
+            &to_a,
+            "acknowledged",
+            Duration::from_secs(120),
+            &context,
+        );
+    }
+
+    // The sender restarts and sends to the remote agent at once, before any beat.
+    terminate(&cleanup.children[0]);
+    cleanup.children[0].wait().unwrap();
+    let (child, a_log) = a.start(&fa, &pa, &[&fb], &[(&b, &fb)]);
+    cleanup.children[0] = child;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    let ids: Vec<String> = (0..20)
+        .map(|i| {
+            let text = format!("after restart #{i:02}");
+            let request =
+                serde_json::json!({"op": "send", "to": worker, "from": primary, "text": text});
+            let request = fleetd::api::Request::parse(request.to_string().as_bytes()).unwrap();
+            // The first as soon as the socket answers.
+            let reply = loop {
+                match runtime.block_on(fleetd::api::request(&a.dir.join("run/fleetd"), &request)) {
+                    Ok(reply) => break reply,
+                    Err(_) if started.elapsed() < Duration::from_secs(20) => {
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    Err(error) => panic!("a1's api after its restart: {error}"),
+                }
+            };
+            assert_eq!(
+                reply["route"], "foreign",
+                "the placement outlived the restart: {reply}"
+            );
+            reply["id"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    eprintln!("20 sent {:?} after the restart", started.elapsed());
+    let context = || states(&a, &b, [&a_log, &b_log]);
+    wait_for(
+        &a_log,
+        &mut seen,
+        &["broker connected"],
+        Duration::from_secs(30),
+    );
+    all_reach(&a, &ids, "delivered", Duration::from_secs(60), &context);
+    let texts = b.drain(&worker);
+    let expected: Vec<String> = (0..20).map(|i| format!("after restart #{i:02}")).collect();
+    assert_eq!(texts, expected);
+
+    for host in [&a, &b] {
+        let audit = host.state_dir().join("audit.jsonl");
+        host.cli(&["audit", "verify", "--file", audit.to_str().unwrap()]);
+    }
+    // What the kills made the broker do (for the record: whether a run met bare nacks).
+    let mut refused = 0;
+    for log in [&a_log, &b_log] {
+        while let Ok(line) = log.try_recv() {
+            if line.contains("the broker refuses messages for a queue")
+                || line.contains("not written within")
+            {
+                refused += 1;
+                eprintln!("{line}");
+            }
+        }
+    }
+    eprintln!("refusal spells and unwritten frames logged: {refused}");
 }

@@ -44,6 +44,12 @@ pub enum ConnectError {
 /// otherwise hold the caller forever, and the caller is the link's one loop.
 pub(crate) const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
 
+/// How long the link's loop waits for a frame (a publish, an ack) to be written. lapin resolves
+/// a write once its I/O loop has sent it; frames queued as the connection dies may never be, and
+/// the loop waiting on one would never see the connection's end (seen after a node kill: a host
+/// "connected" for minutes to a dead node).
+pub(crate) const WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Connects to `vhost` (default: the URI's) with the URI's credential: each node in turn from
 /// [`BrokerUri::first_choice`], each within [`HANDSHAKE_TIMEOUT`], until one opens. A refusal
 /// (credential, vhost) ends the search: the nodes of a cluster share their users, so the next

@@ -19,6 +19,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tracing::{debug, error, info, warn};
 
+use super::connect::WRITE_TIMEOUT;
 use super::deliver::{Courier, Outlets, Pump};
 use super::envelope;
 use super::inbound::{Inbound, InboundRefusal};
@@ -418,7 +419,7 @@ impl Served<'_> {
                     None => break Some("every consumer ended".to_owned()),
                 },
                 beat = roster.next() => match beat {
-                    Some(Ok(delivery)) => observe(self.inbound, self.presence, &delivery),
+                    Some(Ok(delivery)) => observe(self.inbound, self.presence, self.courier, &delivery),
                     Some(Err(error)) => break Some(error.to_string()),
                     None => break Some("the broker cancelled the roster consumer".to_owned()),
                 },
@@ -454,8 +455,10 @@ impl Served<'_> {
                     }
                 }
                 _ = retry.tick() => {
+                    // Bounded: on a connection that died unnoticed a channel.open is never
+                    // answered, and this loop is the one that must notice.
                     if outlets.own_probe_closed()
-                        && let Ok(channel) = self.channel(false).await
+                        && let Ok(Ok(channel)) = tokio::time::timeout(CHANNEL_OPEN, self.channel(false)).await
                     {
                         outlets.replace_own_probe(channel);
                     }
@@ -469,7 +472,10 @@ impl Served<'_> {
                     if let Some((at, tries)) = reopen
                         && tokio::time::Instant::now() >= at
                     {
-                        reopen = match confirm_channel(self.connection).await {
+                        let opened = tokio::time::timeout(CHANNEL_OPEN, confirm_channel(self.connection))
+                            .await
+                            .unwrap_or_else(|_| Err("no answer opening a channel".to_owned()));
+                        reopen = match opened {
                             Ok(channel) => {
                                 outlets.replace_own(channel);
                                 info!("publishing channel reopened; the outbox drains again");
@@ -684,17 +690,24 @@ impl Served<'_> {
                 }
             });
         }
-        while let Some(sent) = pending.join_next().await {
-            match sent {
-                Ok(Ok(true)) => {}
-                Ok(Ok(false)) => debug!(
-                    "ack not sent (channel closing); the message will be redelivered and deduplicated"
-                ),
-                Ok(Err(error)) => {
-                    warn!(%error, "ack failed; the message will be redelivered and deduplicated");
+        let acks = async {
+            while let Some(sent) = pending.join_next().await {
+                match sent {
+                    Ok(Ok(true)) => {}
+                    Ok(Ok(false)) => debug!(
+                        "ack not sent (channel closing); the message will be redelivered and deduplicated"
+                    ),
+                    Ok(Err(error)) => {
+                        warn!(%error, "ack failed; the message will be redelivered and deduplicated");
+                    }
+                    Err(error) => warn!(%error, "ack task failed; the message will be redelivered"),
                 }
-                Err(error) => warn!(%error, "ack task failed; the message will be redelivered"),
             }
+        };
+        if tokio::time::timeout(WRITE_TIMEOUT, acks).await.is_err() {
+            warn!(
+                "acks not written within {WRITE_TIMEOUT:?}; the messages will be redelivered and deduplicated"
+            );
         }
         // After the acks: the hand-off is already durable; the audit's disk sync need not delay
         // the broker.
@@ -805,21 +818,29 @@ async fn publish_beat(
     };
     let sealed = wire::seal(meta, &Payload::PresenceBeat(body), &presence.key);
     let properties = envelope::properties(&sealed, user).with_delivery_mode(1);
-    channel
-        .basic_publish(
-            exchange.into(),
-            format!("roster.{}", settings.host).as_str().into(),
-            BasicPublishOptions::default(),
-            &sealed.body,
-            properties,
-        )
+    let publish = channel.basic_publish(
+        exchange.into(),
+        format!("roster.{}", settings.host).as_str().into(),
+        BasicPublishOptions::default(),
+        &sealed.body,
+        properties,
+    );
+    tokio::time::timeout(WRITE_TIMEOUT, publish)
         .await
+        .map_err(|_| format!("publish beat: not written within {WRITE_TIMEOUT:?}"))?
         .map_err(|e| format!("publish beat: {e}"))?;
     Ok(())
 }
 
-/// Checks a beat and records it in the roster, logging joins and departures.
-fn observe(inbound: &Inbound, presence: &Presence, delivery: &lapin::message::Delivery) {
+/// Takes in a presence beat: the roster learns the host's agents, and the courier where each
+/// of them lives (kept across restarts: a message sent before the first beat after one still
+/// finds its host).
+fn observe(
+    inbound: &Inbound,
+    presence: &Presence,
+    courier: &Courier,
+    delivery: &lapin::message::Delivery,
+) {
     match inbound.beat(
         delivery.exchange.as_str(),
         &delivery.properties,
@@ -827,6 +848,11 @@ fn observe(inbound: &Inbound, presence: &Presence, delivery: &lapin::message::De
         now_ms(),
     ) {
         Ok((meta, beat)) => {
+            if meta.origin != courier.me() {
+                for agent in &beat.agents {
+                    courier.remember_placement(agent.id, &meta.origin);
+                }
+            }
             let signer = HostId {
                 fleet: meta.origin.fleet,
                 host: meta.origin.host,
@@ -886,6 +912,9 @@ fn now_ms() -> i64 {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
+
+/// How long the link's loop waits for a channel to open on a connection it already has.
+const CHANNEL_OPEN: Duration = Duration::from_secs(2);
 
 /// Sleeps until `at`, or forever without one.
 async fn sleep_until_some(at: Option<std::time::Instant>) {

@@ -15,7 +15,7 @@ use uuid::Uuid;
 use super::lanes::{Admit, Depth, Lane, Lanes};
 use super::settle::{Answer, Outcome, Returns};
 use super::{Courier, MAX_IN_FLIGHT, PUMP_ROUND, now_ms};
-use crate::broker::connect::{self, confirm_channel, connect};
+use crate::broker::connect::{self, WRITE_TIMEOUT, confirm_channel, connect};
 use crate::broker::envelope::{OutboxRecord, properties};
 use crate::broker::topology::{DEFAULT_MAX_LENGTH, queue_of_key};
 use crate::secret::BrokerUri;
@@ -398,15 +398,19 @@ impl Pump {
                 mandatory: true,
                 ..BasicPublishOptions::default()
             };
-            let published = channel
-                .basic_publish(
-                    record.exchange.as_str().into(),
-                    record.key.as_str().into(),
-                    options,
-                    &sealed.body,
-                    properties(&sealed, user),
-                )
-                .await;
+            let publish = channel.basic_publish(
+                record.exchange.as_str().into(),
+                record.key.as_str().into(),
+                options,
+                &sealed.body,
+                properties(&sealed, user),
+            );
+            // Bounded: a frame queued as the connection dies may never be written (see
+            // `connect::WRITE_TIMEOUT`); the entry stays in the outbox.
+            let published = match tokio::time::timeout(WRITE_TIMEOUT, publish).await {
+                Ok(published) => published.map_err(|e| e.to_string()),
+                Err(_) => Err(format!("publish not written within {WRITE_TIMEOUT:?}")),
+            };
             match published {
                 Ok(confirm) => {
                     progressed = true;
@@ -585,6 +589,8 @@ impl Pump {
         let mut removed = Vec::with_capacity(read.settled.len());
         let mut moved: Vec<(Uuid, Vec<u8>)> = Vec::new();
         let at = Instant::now();
+        // Failures for good, by reason: logged once per batch of answers, with their count.
+        let mut failed: HashMap<&'static str, usize> = HashMap::new();
         for (id, outcome) in read.settled {
             let lane = lanes.get(&id);
             let state = match outcome {
@@ -611,6 +617,9 @@ impl Pump {
                 tracing::info!(vhost = %lane.vhost, queue = %queue_of_key(&lane.key).unwrap_or_default(), nacks = ended.nacks, secs = ended.lasted.as_secs(), "the broker takes messages for the queue again");
                 courier.outbox_ready.notify_one();
             }
+            if let Some(reason) = outcome.reason() {
+                *failed.entry(reason).or_default() += 1;
+            }
             if let Some(t) = record(id) {
                 let mut t = t.moved(state, outcome.reason().map(str::to_owned), now);
                 t.in_broker = true;
@@ -625,6 +634,7 @@ impl Pump {
             if let Some(lane) = self.lanes.refused_on(id) {
                 self.lanes.failed(&lane, &[id]);
                 removed.push(id);
+                *failed.entry("inbox full").or_default() += 1;
                 if let Some(t) = record(id) {
                     let mut t = t.moved(
                         DeliveryState::Failed,
@@ -644,7 +654,13 @@ impl Pump {
                     now,
                 );
                 moved.push((id, t.encode()));
+                if let Some(reason) = Outcome::NoSuchAgent.reason() {
+                    *failed.entry(reason).or_default() += 1;
+                }
             }
+        }
+        for (reason, count) in failed {
+            tracing::warn!(%reason, count, "messages failed for good on the broker's answer");
         }
         let records: Vec<(Uuid, &[u8])> = moved.iter().map(|(id, r)| (*id, r.as_slice())).collect();
         if let Err(error) = courier.state.outbox_settle(&removed, &records) {
