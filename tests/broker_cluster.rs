@@ -34,7 +34,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use common::{Fleets, Host, grants_on, nonce, terminate, wait_for};
+use common::{Fleets, Host, cluster, grants_on, nonce, start_pair, terminate, wait_for};
 
 /// One test at a time: each stops and kills nodes.
 static CLUSTER: Mutex<()> = Mutex::new(());
@@ -47,19 +47,6 @@ const N: usize = 600;
 const SKEW_SECS: u64 = 2;
 const NODES: &str = "127.0.0.1:5681,127.0.0.1:5682,127.0.0.1:5683";
 const ADMIN: &str = "amqp://guest:guest@127.0.0.1:5681/";
-
-/// `scripts/cluster ARGS`; its stdout, or a panic naming what is missing.
-fn cluster(args: &[&str]) -> String {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/cluster");
-    let out = Command::new(script).args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "scripts/cluster {args:?} failed — the 3-node test cluster must run (scripts/test \
-         starts it with `scripts/cluster start`, as root): {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 /// Brings every node back (started, its application running) when dropped, so a failed run
 /// never leaves the cluster short for the next.
@@ -202,6 +189,35 @@ fn stream(
     }
 }
 
+/// Two fleets `{prefix}a…` and `{prefix}b…` with shared users on c1, each admitting the other:
+/// their clean-up, and each one's (name, password).
+fn two_fleets(prefix: &str) -> (Fleets, [(String, String); 2]) {
+    let nonce = nonce();
+    let (fa, fb) = (format!("{prefix}a{nonce}"), format!("{prefix}b{nonce}"));
+    let (pa, pb) = (
+        format!("Pw{prefix}a{nonce}x"),
+        format!("Pw{prefix}b{nonce}x"),
+    );
+    let mut cleanup = Fleets::new(&[&fa, &fb]);
+    cleanup.node = Some("c1@localhost".to_owned());
+    let on = Some(("c1@localhost", ADMIN));
+    grants_on(on, &fa, &[&fb], &pa);
+    grants_on(on, &fb, &[&fa], &pb);
+    // Again: fb's user exists now, and fa's grants give it write on fa's ingress.
+    grants_on(on, &fa, &[&fb], &pa);
+    (cleanup, [(fa, pa), (fb, pb)])
+}
+
+/// Hosts `a1` and `b1` under `root`, naming all three nodes, with quorum queues.
+fn cluster_hosts(root: &std::path::Path) -> (Host, Host) {
+    let (mut a, mut b) = (Host::new(root, "a1"), Host::new(root, "b1"));
+    for host in [&mut a, &mut b] {
+        host.broker_nodes = NODES.to_owned();
+        host.broker_lines = format!("queue_type = \"quorum\"\nskew_secs = {SKEW_SECS}\n");
+    }
+    (a, b)
+}
+
 #[test]
 fn numbered_streams_survive_a_leader_stop_a_killed_node_and_a_long_node_outage() {
     let _turn = exclusive();
@@ -209,15 +225,7 @@ fn numbered_streams_survive_a_leader_stop_a_killed_node_and_a_long_node_outage()
     drop(ClusterWhole);
     cluster(&["await"]);
     let _whole = ClusterWhole;
-    let nonce = nonce();
-    let (fa, fb) = (format!("qa{nonce}"), format!("qb{nonce}"));
-    let (pa, pb) = (format!("Pwqa{nonce}x"), format!("Pwqb{nonce}x"));
-    let mut cleanup = Fleets::new(&[&fa, &fb]);
-    cleanup.node = Some("c1@localhost".to_owned());
-    let on = Some(("c1@localhost", ADMIN));
-    grants_on(on, &fa, &[&fb], &pa);
-    grants_on(on, &fb, &[&fa], &pb);
-    grants_on(on, &fa, &[&fb], &pa);
+    let (mut cleanup, [(fa, pa), (fb, pb)]) = two_fleets("q");
     for node in 1..=3 {
         let contract = Command::new(common::BIN)
             .args(["broker", "contract", "--uri-env", "FLEETD_T_URI"])
@@ -237,29 +245,9 @@ fn numbered_streams_survive_a_leader_stop_a_killed_node_and_a_long_node_outage()
     }
 
     let root = tempfile::tempdir().unwrap();
-    let (mut a, mut b) = (Host::new(root.path(), "a1"), Host::new(root.path(), "b1"));
-    for host in [&mut a, &mut b] {
-        host.broker_nodes = NODES.to_owned();
-        host.broker_lines = format!("queue_type = \"quorum\"\nskew_secs = {SKEW_SECS}\n");
-    }
-    b.accept_mail_from(&[&fa]);
-    let (child, a_log) = a.start(&fa, &pa, &[&fb], &[(&b, &fb)]);
-    cleanup.children.push(child);
-    let (child, b_log) = b.start(&fb, &pb, &[&fa], &[(&a, &fa)]);
-    cleanup.children.push(child);
-    let mut seen = String::new();
-    for log in [&a_log, &b_log] {
-        wait_for(
-            log,
-            &mut seen,
-            &["broker connected"],
-            Duration::from_secs(30),
-        );
-    }
-    let primary = a.open_agent("primary");
-    let worker = b.open_agent("worker");
-    a.wait_listed(&worker);
-    b.wait_listed(&primary);
+    let (a, b) = cluster_hosts(root.path());
+    let started = start_pair((&a, &fa, &pa), (&b, &fb, &pb), &mut cleanup);
+    let (b_log, primary, worker) = (started.b_log, started.primary, started.worker);
     let pair = (worker.as_str(), primary.as_str());
     let vhost_b = format!("/{fb}");
 
@@ -421,42 +409,12 @@ fn five_kills_of_the_node_both_hosts_use_lose_nothing_and_fail_nothing() {
     drop(ClusterWhole);
     cluster(&["await"]);
     let _whole = ClusterWhole;
-    let nonce = nonce();
-    let (fa, fb) = (format!("ka{nonce}"), format!("kb{nonce}"));
-    let (pa, pb) = (format!("Pwka{nonce}x"), format!("Pwkb{nonce}x"));
-    let mut cleanup = Fleets::new(&[&fa, &fb]);
-    cleanup.node = Some("c1@localhost".to_owned());
-    let on = Some(("c1@localhost", ADMIN));
-    grants_on(on, &fa, &[&fb], &pa);
-    grants_on(on, &fb, &[&fa], &pb);
-    // Again: fb's user exists now, and fa's grants give it write on fa's ingress.
-    grants_on(on, &fa, &[&fb], &pa);
-
+    let (mut cleanup, [(fa, pa), (fb, pb)]) = two_fleets("k");
     let root = tempfile::tempdir().unwrap();
-    let (mut a, mut b) = (Host::new(root.path(), "a1"), Host::new(root.path(), "b1"));
-    for host in [&mut a, &mut b] {
-        host.broker_nodes = NODES.to_owned();
-        host.broker_lines = format!("queue_type = \"quorum\"\nskew_secs = {SKEW_SECS}\n");
-    }
-    a.accept_mail_from(&[&fb]);
-    b.accept_mail_from(&[&fa]);
-    let (child, a_log) = a.start(&fa, &pa, &[&fb], &[(&b, &fb)]);
-    cleanup.children.push(child);
-    let (child, mut b_log) = b.start(&fb, &pb, &[&fa], &[(&a, &fa)]);
-    cleanup.children.push(child);
-    let mut seen = String::new();
-    for log in [&a_log, &b_log] {
-        wait_for(
-            log,
-            &mut seen,
-            &["broker connected"],
-            Duration::from_secs(30),
-        );
-    }
-    let primary = a.open_agent("primary");
-    let worker = b.open_agent("worker");
-    a.wait_listed(&worker);
-    b.wait_listed(&primary);
+    let (a, b) = cluster_hosts(root.path());
+    let started = start_pair((&a, &fa, &pa), (&b, &fb, &pb), &mut cleanup);
+    let (a_log, mut b_log) = (started.a_log, started.b_log);
+    let (primary, worker, mut seen) = (started.primary, started.worker, started.seen);
 
     for round in 0..5 {
         // A host's first node is drawn at random (hosts spread over the cluster); after a kill

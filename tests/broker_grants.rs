@@ -21,19 +21,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{BIN, Fleets, Host, nonce, wait_for};
-
-/// `scripts/cluster ARGS`, or a panic naming what is missing.
-fn cluster(args: &[&str]) {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/cluster");
-    let out = Command::new(script).args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "scripts/cluster {args:?} failed — the 3-node test cluster must run (scripts/test \
-         starts it with `scripts/cluster start`, as root): {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
+use common::{BIN, Fleets, Host, cluster, nonce, start_pair};
 
 /// `fleetd broker grants ARGS`, printed: the script text.
 fn printed(args: &[&str]) -> String {
@@ -161,27 +149,9 @@ fn two_fleets_set_up_only_by_the_printed_scripts_route_messages_both_ways() {
     for host in [&mut a, &mut b] {
         host.broker_nodes = "127.0.0.1:5681".to_owned();
     }
-    a.accept_mail_from(&[&fb]);
-    b.accept_mail_from(&[&fa]);
-    let (child, a_log) = a.start(&fa, &pa, &[&fb], &[(&b, &fb)]);
-    cleanup.children.push(child);
-    let (child, b_log) = b.start(&fb, &pb, &[&fa], &[(&a, &fa)]);
-    cleanup.children.push(child);
-    let mut seen = String::new();
-    for log in [&a_log, &b_log] {
-        wait_for(
-            log,
-            &mut seen,
-            &["broker connected"],
-            Duration::from_secs(30),
-        );
-    }
-    let primary = a.open_agent("primary");
-    let worker = b.open_agent("worker");
-    a.wait_listed(&worker);
-    b.wait_listed(&primary);
-    for (from_host, to_host, from, to) in [(&a, &b, &primary, &worker), (&b, &a, &worker, &primary)]
-    {
+    let pair = start_pair((&a, &fa, &pa), (&b, &fb, &pb), &mut cleanup);
+    let (primary, worker) = (&pair.primary, &pair.worker);
+    for (from_host, to_host, from, to) in [(&a, &b, primary, worker), (&b, &a, worker, primary)] {
         let text = format!("from {} to {}", from_host.name, to_host.name);
         let (id, route) = from_host.send(to, from, &text);
         assert_eq!(route, "foreign");

@@ -167,6 +167,70 @@ pub fn grants_on(on: Option<(&str, &str)>, fleet: &str, admits: &[&str], passwor
     );
 }
 
+/// `scripts/cluster ARGS` (the 3-node test cluster); its stdout, or a panic naming what is
+/// missing.
+pub fn cluster(args: &[&str]) -> String {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/cluster");
+    let out = Command::new(script).args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "scripts/cluster {args:?} failed — the 3-node test cluster must run (scripts/test \
+         starts it with `scripts/cluster start`, as root): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Two running hosts of two fleets with an agent each (see [`start_pair`]).
+pub struct Pair {
+    /// The first host's log lines.
+    pub a_log: mpsc::Receiver<String>,
+    /// The second host's.
+    pub b_log: mpsc::Receiver<String>,
+    /// Agent `primary` on the first host.
+    pub primary: String,
+    /// Agent `worker` on the second.
+    pub worker: String,
+    /// What the waits read of the logs.
+    pub seen: String,
+}
+
+/// Starts host `a` in fleet `fa` (password `pa`) and `b` in `fb`, each taking mail from and
+/// pinning the other (their daemons in `cleanup`); waits until both are connected, opens
+/// `primary` on `a` and `worker` on `b`, and waits until each roster lists the other's agent.
+pub fn start_pair(
+    (a, fa, pa): (&Host, &str, &str),
+    (b, fb, pb): (&Host, &str, &str),
+    cleanup: &mut Fleets,
+) -> Pair {
+    a.accept_mail_from(&[fb]);
+    b.accept_mail_from(&[fa]);
+    let (child, a_log) = a.start(fa, pa, &[fb], &[(b, fb)]);
+    cleanup.children.push(child);
+    let (child, b_log) = b.start(fb, pb, &[fa], &[(a, fa)]);
+    cleanup.children.push(child);
+    let mut seen = String::new();
+    for log in [&a_log, &b_log] {
+        wait_for(
+            log,
+            &mut seen,
+            &["broker connected"],
+            Duration::from_secs(30),
+        );
+    }
+    let primary = a.open_agent("primary");
+    let worker = b.open_agent("worker");
+    a.wait_listed(&worker);
+    b.wait_listed(&primary);
+    Pair {
+        a_log,
+        b_log,
+        primary,
+        worker,
+        seen,
+    }
+}
+
 /// Removes test fleets' vhosts and users and kills their daemons, even when a test fails.
 pub struct Fleets {
     pub names: Vec<String>,
