@@ -488,9 +488,12 @@ fn five_kills_of_the_node_both_hosts_use_lose_nothing_and_fail_nothing() {
         );
     }
 
-    // The sender restarts and sends to the remote agent at once, before any beat.
+    // The sender restarts and sends to the remote agent at once, before any beat; and to an
+    // agent opened while it was down, which it has never seen (it waits for the first round of
+    // beats instead of failing as "no such agent").
     terminate(&cleanup.children[0]);
     cleanup.children[0].wait().unwrap();
+    let newcomer = b.open_agent("newcomer");
     let (child, a_log) = a.start(&fa, &pa, &[&fb], &[(&b, &fb)]);
     cleanup.children[0] = child;
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -498,11 +501,14 @@ fn five_kills_of_the_node_both_hosts_use_lose_nothing_and_fail_nothing() {
         .build()
         .unwrap();
     let started = Instant::now();
-    let ids: Vec<String> = (0..20)
+    let ids: Vec<String> = (0..21)
         .map(|i| {
-            let text = format!("after restart #{i:02}");
+            let (to, text) = match i {
+                20 => (&newcomer, "to the newcomer".to_owned()),
+                i => (&worker, format!("after restart #{i:02}")),
+            };
             let request =
-                serde_json::json!({"op": "send", "to": worker, "from": primary, "text": text});
+                serde_json::json!({"op": "send", "to": to, "from": primary, "text": text});
             let request = fleetd::api::Request::parse(request.to_string().as_bytes()).unwrap();
             // The first as soon as the socket answers.
             let reply = loop {
@@ -521,7 +527,7 @@ fn five_kills_of_the_node_both_hosts_use_lose_nothing_and_fail_nothing() {
             reply["id"].as_str().unwrap().to_owned()
         })
         .collect();
-    eprintln!("20 sent {:?} after the restart", started.elapsed());
+    eprintln!("21 sent {:?} after the restart", started.elapsed());
     let context = || states(&a, &b, [&a_log, &b_log]);
     wait_for(
         &a_log,
@@ -533,6 +539,7 @@ fn five_kills_of_the_node_both_hosts_use_lose_nothing_and_fail_nothing() {
     let texts = b.drain(&worker);
     let expected: Vec<String> = (0..20).map(|i| format!("after restart #{i:02}")).collect();
     assert_eq!(texts, expected);
+    assert_eq!(b.drain(&newcomer), ["to the newcomer"]);
 
     for host in [&a, &b] {
         let audit = host.state_dir().join("audit.jsonl");

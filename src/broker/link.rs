@@ -371,6 +371,9 @@ impl Served<'_> {
             Err(reason) => return Some(reason),
         };
         self.announce_agents();
+        if let Ok(mut roster) = self.presence.roster.lock() {
+            roster.listening(std::time::Instant::now());
+        }
         if let Err(reason) = self
             .consume_agents(&consume, &tx, &mut forwarders, &mut consumed)
             .await

@@ -127,10 +127,18 @@ impl Router for Gateway {
                 self.courier.remember_placement(to, &party);
                 Some(host)
             }
-            None => self.courier.placed_at(to).map(|p| crate::roster::HostId {
-                fleet: p.fleet,
-                host: p.host,
-            }),
+            None => self
+                .courier
+                .placed_at(to)
+                .map(|p| crate::roster::HostId {
+                    fleet: p.fleet,
+                    host: p.host,
+                })
+                .or_else(|| {
+                    (!local && self.courier.has_broker())
+                        .then(|| self.first_round(to))
+                        .flatten()
+                }),
         };
         let (id, route) = match route::decide(local, located, &me.fleet) {
             Route::Local => (self.courier.send_local(to, from, text), "local"),
@@ -269,6 +277,26 @@ impl Router for Gateway {
 }
 
 impl Gateway {
+    /// Where agent `to` is, once the roster has heard the first round of beats: an agent no
+    /// beat has listed yet is waited for (at most the longest beat interval after the link began
+    /// listening, a moment after a start) rather than failed as "no such agent" — that answer
+    /// is final only when the roster is complete and the agent is not in it.
+    fn first_round(&self, to: Uuid) -> Option<crate::roster::HostId> {
+        loop {
+            let (found, left) = {
+                let roster = self.roster.lock().ok()?;
+                (
+                    roster.locate(to),
+                    roster.first_round_left(std::time::Instant::now()),
+                )
+            };
+            if found.is_some() {
+                return found;
+            }
+            std::thread::sleep(left?.min(std::time::Duration::from_millis(50)));
+        }
+    }
+
     /// Revokes agent `id`'s token when its process exited or its pane is gone (audited as
     /// `agent.revoked`, the agent `down` in the roster); returns why, or `None` while it runs.
     pub fn retire_if_gone(

@@ -101,7 +101,15 @@ pub struct Roster {
     local: Vec<AgentEntry>,
     peers: HashMap<HostId, Peer>,
     settings: RosterSettings,
+    /// When this roster was made (the daemon's start).
+    born: Instant,
+    /// When the link first consumed beats (see [`Roster::first_round_left`]).
+    listening_since: Option<Instant>,
 }
+
+/// How long after its start a roster waits for the link to begin listening before it stops
+/// counting on a first round of beats.
+const LINK_GRACE: Duration = Duration::from_secs(10);
 
 impl Roster {
     /// An empty roster for this host; a new boot id per process start.
@@ -113,6 +121,29 @@ impl Roster {
             local: Vec::new(),
             peers: HashMap::new(),
             settings,
+            born: Instant::now(),
+            listening_since: None,
+        }
+    }
+
+    /// The link consumes beats from now on (the first call counts).
+    pub fn listening(&mut self, now: Instant) {
+        self.listening_since.get_or_insert(now);
+    }
+
+    /// How much longer the first round of beats may still bring hosts this roster has not heard
+    /// of: after listening for the longest beat interval (the mean +25 %) every live host has
+    /// beaten once. While the link has not begun listening (the daemon just started), a little
+    /// longer each time, up to [`LINK_GRACE`] after the start. `None`: the roster is as complete
+    /// as it gets — an agent it does not list is not there.
+    pub fn first_round_left(&self, now: Instant) -> Option<Duration> {
+        let round = self.settings.beat.saturating_mul(5) / 4;
+        match self.listening_since {
+            Some(since) => (since + round)
+                .checked_duration_since(now)
+                .filter(|left| !left.is_zero()),
+            None => (now.saturating_duration_since(self.born) < LINK_GRACE)
+                .then_some(Duration::from_millis(50)),
         }
     }
 

@@ -156,3 +156,25 @@ fn beat_intervals_stay_within_twenty_percent() {
         );
     }
 }
+
+#[test]
+fn the_roster_is_complete_one_longest_beat_interval_after_it_began_listening() {
+    let mut r = roster();
+    let start = Instant::now();
+    // Not listening yet, just started: the link is coming; keep waiting a little at a time.
+    assert_eq!(r.first_round_left(start), Some(Duration::from_millis(50)));
+    // Long after a start without ever listening (the broker down): nothing to wait for.
+    assert_eq!(r.first_round_left(start + Duration::from_secs(11)), None);
+    r.listening(start);
+    r.listening(start + Duration::from_secs(3)); // the first call counts
+    // The default beat is 5 s: every live host has beaten within 6.25 s.
+    assert_eq!(
+        r.first_round_left(start + Duration::from_secs(1)),
+        Some(Duration::from_millis(5250))
+    );
+    assert_eq!(
+        r.first_round_left(start + Duration::from_millis(6250)),
+        None
+    );
+    assert_eq!(r.first_round_left(start + Duration::from_secs(60)), None);
+}
