@@ -276,12 +276,18 @@ impl Router for Gateway {
     }
 }
 
+/// The longest a send waits for the first round of beats to place its target.
+const FIRST_ROUND_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
 impl Gateway {
     /// Where agent `to` is, once the roster has heard the first round of beats: an agent no
-    /// beat has listed yet is waited for (at most the longest beat interval after the link began
-    /// listening, a moment after a start) rather than failed as "no such agent" — that answer
-    /// is final only when the roster is complete and the agent is not in it.
+    /// beat has listed yet is waited for (until the link has listened one longest beat interval,
+    /// at most [`FIRST_ROUND_WAIT`]) rather than failed as "no such agent" — that answer is
+    /// final only when the roster is complete and the agent is not in it.
     fn first_round(&self, to: Uuid) -> Option<crate::roster::HostId> {
+        // Well inside a client's wait for a reply (5 s, `api::call`): a send answered after its
+        // client gave up would be sent again.
+        let until = std::time::Instant::now() + FIRST_ROUND_WAIT;
         loop {
             let (found, left) = {
                 let roster = self.roster.lock().ok()?;
@@ -293,7 +299,8 @@ impl Gateway {
             if found.is_some() {
                 return found;
             }
-            std::thread::sleep(left?.min(std::time::Duration::from_millis(50)));
+            let left = left?.min(until.checked_duration_since(std::time::Instant::now())?);
+            std::thread::sleep(left.min(std::time::Duration::from_millis(50)));
         }
     }
 
