@@ -12,7 +12,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 use uuid::Uuid;
 
-use super::lanes::{Admit, Depth, Lane, Lanes};
+use super::lanes::{Admit, Depth, DepthUnknown, Lane, Lanes};
 use super::settle::{Answer, Outcome, Returns};
 use super::{Courier, MAX_IN_FLIGHT, PUMP_ROUND, now_ms};
 use crate::broker::connect::{self, WRITE_TIMEOUT, confirm_channel, connect};
@@ -473,7 +473,7 @@ impl Pump {
             let (Some(queue), Some(channel)) =
                 (queue_of_key(&lane.key), outlets.probe_channel(&lane.vhost))
             else {
-                let _ = tx.send(Err("no channel to ask it on".to_owned()));
+                let _ = tx.send(Err(DepthUnknown::NoChannel));
                 continue;
             };
             let wake = Arc::clone(&outlets.courier);
@@ -486,8 +486,8 @@ impl Pump {
                     channel.queue_declare(queue.as_str().into(), passive, FieldTable::default());
                 let depth = match tokio::time::timeout(DEPTH_TIMEOUT, asked).await {
                     Ok(Ok(queue)) => Ok(queue.message_count()),
-                    Ok(Err(error)) => Err(error.to_string()),
-                    Err(_) => Err(format!("no answer within {DEPTH_TIMEOUT:?}")),
+                    Ok(Err(error)) => Err(DepthUnknown::from(error)),
+                    Err(_) => Err(DepthUnknown::Timeout(DEPTH_TIMEOUT)),
                 };
                 let _ = tx.send(depth);
                 wake.outbox_ready.notify_one();
