@@ -203,6 +203,9 @@ impl Spawner {
             }
             Ok(Some(Ok(Some(watched)))) => Some(watched),
             Ok(Some(Ok(None))) => None, // already ended: the gate reports its exit
+            // Gone before its process could be asked for (a command that exits at once; herdr
+            // drops such a pane): it ended, and the gate reports how (its exit status).
+            Err(PaneError::NoPane(_)) => None,
             Ok(Some(Err(error))) => {
                 let _ = self.mux.close(&pane);
                 return Outcome::Failed {
