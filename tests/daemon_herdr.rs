@@ -67,6 +67,9 @@ secrets = {{ API_TOKEN = "credential:reviewer-token" }}
 max_instances = 1
 [profile.reviewer.ready]
 timeout_secs = 30
+# herdr starts its agents itself, outside any sandbox fleetd can build.
+[profile.reviewer.sandbox]
+mode = "off"
 
 [profile.crashing]
 description = "Exits with status 3 before it is ready."

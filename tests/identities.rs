@@ -37,7 +37,8 @@ fn agents_under_the_login_user_cannot_reach_fleetds_files_or_authority() {
                 "[profile.worker]\ndescription = \"Probes what it can reach, then answers.\"\n\
                  argv = [\"/bin/sh\", \"-c\", '''{PROBE}''']\nroots = [\"{work}\"]\nmax_instances = 2\n\
                  env = {{ FLEETD_T_CRED = \"{cred}\", FLEETD_T_STATE = \"{state}\", FLEETD_T_OUT = \"{out}\" }}\n\
-                 [profile.worker.ready]\npattern = \"^agent> ready\"\ntimeout_secs = 15\n\n\
+                 [profile.worker.ready]\npattern = \"^agent> ready\"\ntimeout_secs = 15\n\
+                 [profile.worker.sandbox]\nmode = \"off\"\n\n\
                  [[grant]]\nid = \"local\"\ndescription = \"The operator runs workers.\"\n\
                  fleets = [\"local\"]\nprofiles = [\"worker\"]\n",
                 work = paths.work.display(),

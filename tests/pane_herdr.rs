@@ -34,6 +34,7 @@ fn launch(argv: &[&str], env: &[(&str, &str)], cwd: &Path) -> Launch {
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect::<BTreeMap<_, _>>(),
         init: None,
+        sandbox: None,
     }
 }
 
@@ -240,6 +241,9 @@ mod herdr {
     max_instances = 2
     [profile.claude.ready]
     timeout_secs = 30
+    # herdr starts its agents itself, outside any sandbox fleetd can build.
+    [profile.claude.sandbox]
+    mode = "off"
 
     [profile.crashing]
     description = "Exits with status 3 before it is ready."
@@ -295,7 +299,9 @@ mod herdr {
         let dir = tempfile::tempdir().unwrap();
         let policy = policy(dir.path(), &claude_in(dir.path()));
         let herdr = Arc::new(Herdr::open(&server.socket()).unwrap());
-        let spawner = fleetd::spawn::Spawner::new(Arc::clone(&herdr) as Arc<dyn Multiplexer>);
+        // The scripted agent and the crashing command run in their sandboxes, behind the init.
+        let spawner = fleetd::spawn::Spawner::new(Arc::clone(&herdr) as Arc<dyn Multiplexer>)
+            .with_init(env!("CARGO_BIN_EXE_fleetd").into());
 
         let scripted = started(spawn(&spawner, &policy, "scripted"));
         let agent = started(spawn(&spawner, &policy, "claude"));

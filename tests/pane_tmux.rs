@@ -64,6 +64,7 @@ fn launch(argv: &[&str], env: &[(&str, &str)]) -> Launch {
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect::<BTreeMap<_, _>>(),
         init: None,
+        sandbox: None,
     }
 }
 

@@ -122,6 +122,15 @@ fn explain_exit_codes_and_output() {
     assert_eq!(json["rules"][0], "mac-workers");
     assert_eq!(json["pane"]["argv"][0], "/usr/local/bin/claude");
     assert_eq!(json["pane"]["secrets"]["GH_TOKEN"], "keyring:github-worker");
+    // The sandbox the agent would start in, as the shipped profile names it.
+    let sandbox = &json["pane"]["sandbox"];
+    assert_eq!(sandbox["mode"], "on", "{json}");
+    assert_eq!(sandbox["network"], "host");
+    assert_eq!(sandbox["tcp_connect"], serde_json::json!([443]));
+    assert_eq!(
+        sandbox["writable"],
+        serde_json::json!(["~/.claude", "~/.claude.json"])
+    );
     assert!(
         !stdout(&allow).contains("FLEET-7"),
         "env values are never shown"

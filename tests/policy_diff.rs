@@ -232,3 +232,64 @@ fn git_revisions_and_the_work_tree() {
     let missing = fleetd(dir, &["policy", "diff", "--git", "nope..HEAD"]);
     assert_eq!(missing.status.code(), Some(2));
 }
+
+/// The shipped policy with the worker's sandbox widened: its TCP ports no longer limited and a
+/// path of the agents' home made writable. `policy diff` exits 1 naming both; a profile that
+/// shows fleetd's credentials directory is refused by `policy check`.
+#[test]
+fn a_widened_sandbox_is_a_widening_and_fleetds_places_are_refused() {
+    let root = tempfile::tempdir().unwrap();
+    let (old, new) = (root.path().join("old"), root.path().join("new"));
+    shipped_policy(&old, |t| t);
+    shipped_policy(&new, |t| t);
+    let profiles = new.join("policy/00-profiles.toml");
+    let text = std::fs::read_to_string(&profiles).unwrap();
+    let widened = text.replacen(
+        "tcp_connect = [443]\nwritable = [\"~/.claude\", \"~/.claude.json\"]",
+        "writable = [\"~/.claude\", \"~/.claude.json\", \"~/.ssh\"]",
+        1,
+    );
+    assert_ne!(
+        widened, text,
+        "the shipped worker's sandbox is as this test expects"
+    );
+    std::fs::write(&profiles, widened).unwrap();
+    let diff = fleetd(
+        root.path(),
+        &[
+            "policy",
+            "diff",
+            old.join("policy").to_str().unwrap(),
+            new.join("policy").to_str().unwrap(),
+        ],
+    );
+    let shown = stdout(&diff);
+    assert_eq!(diff.status.code(), Some(1), "{shown}");
+    assert!(
+        shown.contains("sandbox TCP connect ports [443] → any"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("sandbox writable paths added: ~/.ssh"),
+        "{shown}"
+    );
+
+    let exposing = text.replacen(
+        "writable = [\"~/.claude\", \"~/.claude.json\"]",
+        "writable = [\"~/.claude\", \"~/.claude.json\"]\nreadable = [\"/etc/fleetd/credentials\"]",
+        1,
+    );
+    std::fs::write(&profiles, exposing).unwrap();
+    let check = fleetd(
+        root.path(),
+        &["policy", "check", new.join("policy").to_str().unwrap()],
+    );
+    let said = format!(
+        "{}{}",
+        stdout(&check),
+        String::from_utf8_lossy(&check.stderr)
+    );
+    assert_ne!(check.status.code(), Some(0), "{said}");
+    assert!(said.contains("no agent may see fleetd's"), "{said}");
+    assert!(said.contains("/etc/fleetd/credentials"), "{said}");
+}

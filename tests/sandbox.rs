@@ -59,7 +59,17 @@ fn probe(host: &Host, config: &Path, nodes: &str, args: &[String]) -> Vec<String
         "fleetd sandbox probe failed (does this kernel have Landlock ABI >= 6?): {stdout}{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    stdout.lines().map(str::to_owned).collect()
+    // First, what agents get on this host (bubblewrap installed, user namespaces on: the test
+    // command installs it); then fleetd's own sandbox and each access.
+    let mut lines: Vec<String> = stdout.lines().map(str::to_owned).collect();
+    assert!(
+        lines
+            .first()
+            .is_some_and(|l| l.starts_with("agents: sandboxed by /usr/bin/bwrap")),
+        "{stdout}"
+    );
+    lines.remove(0);
+    lines
 }
 
 fn arg(flag: &str, value: impl std::fmt::Display) -> [String; 2] {

@@ -68,7 +68,8 @@ while True:
     draw()
 "#;
 
-/// A single-host daemon with a `tui` profile whose input line is `^>`.
+/// A single-host daemon with a `tui` profile whose input line is `^>` (the stand-in and its
+/// files in its root: all its sandbox lets it write).
 struct Host {
     dir: tempfile::TempDir,
     daemon: Option<Child>,
@@ -85,7 +86,8 @@ impl Host {
         let root = dir.path();
         std::fs::create_dir_all(root.join("config/fleetd/policy")).unwrap();
         std::fs::create_dir_all(root.join("work")).unwrap();
-        std::fs::write(root.join("tui.py"), TUI).unwrap();
+        std::fs::create_dir_all(root.join("tmux")).unwrap();
+        std::fs::write(root.join("work/tui.py"), TUI).unwrap();
         std::fs::write(root.join("config/fleetd/fleetd.toml"), config).unwrap();
         std::fs::write(
             root.join("config/fleetd/policy/00-tui.toml"),
@@ -95,8 +97,8 @@ impl Host {
                  [profile.tui.ready]\npattern = \"^>\"\ninput = \"^>\"\ntimeout_secs = 30\n\n\
                  [[grant]]\nid = \"own\"\ndescription = \"The operator's.\"\n\
                  fleets = [\"local\"]\nprofiles = [\"tui\"]\n",
-                py = root.join("tui.py").display(),
-                drops = root.join("drops").display(),
+                py = root.join("work/tui.py").display(),
+                drops = root.join("work/drops").display(),
                 work = root.join("work").display(),
             ),
         )
@@ -127,7 +129,8 @@ impl Host {
             .env("XDG_CONFIG_HOME", self.path().join("config"))
             .env("XDG_STATE_HOME", self.path().join("state"))
             .env("XDG_RUNTIME_DIR", self.path().join("run"))
-            .env("TMUX_TMPDIR", self.path());
+            // A directory of its own: every agent's sandbox hides it (not the roots beside it).
+            .env("TMUX_TMPDIR", self.path().join("tmux"));
         for (name, value) in env {
             command.env(name, value);
         }
@@ -148,7 +151,7 @@ impl Host {
     }
 
     fn drops(&self) -> usize {
-        std::fs::read_to_string(self.path().join("drops"))
+        std::fs::read_to_string(self.path().join("work/drops"))
             .unwrap_or_default()
             .lines()
             .count()
@@ -311,7 +314,7 @@ fn a_message_the_agent_does_not_take_stays_held_with_why_and_nothing_is_glued_to
     );
     // The agent hears again and someone at its terminal presses Enter: the first message is
     // taken (delivered), then the second is typed and taken, each its own turn.
-    std::fs::write(host.path().join("drops.hear"), "").unwrap();
+    std::fs::write(host.path().join("work/drops.hear"), "").unwrap();
     host.tmux(&["send-keys", "-t", &pane, "Enter"]);
     for id in [&first, &second] {
         eventually(

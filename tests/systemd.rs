@@ -423,6 +423,12 @@ max_instances = 1
 pattern = "^agent> ready"
 timeout_secs = 30
 
+# In its sandbox: its script (in alice's hidden home) shown read-only, the host's network (the
+# loopback service).
+[profile.builder.sandbox]
+network = "host"
+readable = ["/home/alice/src/agent.sh"]
+
 [[grant]]
 id = "operator-builder"
 description = "This host's operator starts the builder."

@@ -344,12 +344,14 @@ fn roster_each_host_sees_the_other_and_a_killed_host_is_suspect_then_reaped() {
 /// sender through its own host's fleetd; `maintenance` is never granted.
 fn worker_policy(worker: &Host) {
     let work = worker.work_dir();
-    let dir = worker.dir.display();
-    // One line: fleetd refuses a command word holding a line break.
+    let dir = work.display();
+    // One line: fleetd refuses a command word holding a line break. It answers with a bare
+    // `fleetd send` (its pane's socket and token) and logs into its root: in its sandbox the
+    // rest of the host directory is hidden.
     let script = format!(
         "echo 'agent> ready'; while read -r line; do echo \"got:[$line]\"; \
          to=$(printf '%s\\n' \"$line\" | sed -n 's/^\\[fleetd: from [^ ]* agent \\([^],]*\\),.*/\\1/p'); \
-         if [ -n \"$to\" ]; then HOME={dir} XDG_RUNTIME_DIR={dir}/run {BIN} --config {dir}/fleetd.toml \
+         if [ -n \"$to\" ]; then {BIN} \
          send \"$to\" 'done: 12 lines' > {dir}/reply.log 2>&1 && echo \"replied:[$to]\" || echo \"reply-failed\"; fi; done"
     );
     worker.policy(&[
@@ -467,7 +469,7 @@ fn delegation_a_primary_spawns_a_worker_on_fleet01_through_mcp_and_gets_its_repl
         message.is_object(),
         "no reply held for the primary: {pulled}\nworker pane:\n{}\nworker's send: {}\nfleet01's roster: {}",
         tmux.shown(),
-        std::fs::read_to_string(topology.worker.dir.join("reply.log")).unwrap_or_default(),
+        std::fs::read_to_string(topology.worker.work_dir().join("reply.log")).unwrap_or_default(),
         topology.worker.cli(&["roster", "--json"])
     );
     assert_eq!(message["body"]["text"], "done: 12 lines", "{pulled}");
@@ -1204,14 +1206,12 @@ fn canaries_reach_the_worker_and_no_log_record_message_reply_or_state() {
         format!("https://ci-bot:{git_token}@github.com/org/repo.git"),
     )
     .unwrap();
-    let dir = topology.worker.dir.display().to_string();
     // Shows `git remote -v` on every task and answers with it; the token is in its environment.
     let script = format!(
         "echo token-length:${{#TOKEN}}; echo 'agent> ready'; while read -r line; do \
          remote=\"origin $(cat {work}/remote.txt) (fetch)\"; echo \"$remote\"; \
          to=$(printf '%s\\n' \"$line\" | sed -n 's/^\\[fleetd: from [^ ]* agent \\([^],]*\\),.*/\\1/p'); \
-         if [ -n \"$to\" ]; then HOME={dir} XDG_RUNTIME_DIR={dir}/run {BIN} --config {dir}/fleetd.toml \
-         send \"$to\" \"$remote\" > /dev/null 2>&1 && echo replied; fi; done",
+         if [ -n \"$to\" ]; then {BIN} send \"$to\" \"$remote\" > /dev/null 2>&1 && echo replied; fi; done",
         work = work.display()
     );
     topology.worker.policy(&[

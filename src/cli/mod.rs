@@ -212,28 +212,65 @@ pub enum SecretCommand {
     },
 }
 
+/// `pane-init`: `-- ARGV` runs the agent under the init; `--sandbox PLAN -- ARGV` (outside)
+/// enters the agent's sandbox, whose init runs with `--inside [--tcp-connect PORTS] -- ARGV`.
+fn pane_init(args: Vec<std::ffi::OsString>) -> ExitCode {
+    use crate::sandbox::agent;
+    let fail = |error: &dyn std::fmt::Display| {
+        Output::default().note(&format!(
+            "fleetd {}: {error}",
+            crate::pane::init::SUBCOMMAND
+        ));
+        exit::code(127)
+    };
+    let Some(split) = args.iter().position(|a| a == "--") else {
+        return fail(&"usage: pane-init [--sandbox PLAN | --inside [--tcp-connect PORTS]] -- ARGV");
+    };
+    let (options, argv) = args.split_at(split);
+    let argv = argv.get(1..).unwrap_or_default();
+    let options: Vec<&str> = options.iter().filter_map(|o| o.to_str()).collect();
+    match options.as_slice() {
+        [] => {}
+        [agent::SANDBOX_OPTION, plan] => {
+            return fail(&agent::enter(plan, crate::pane::init::SUBCOMMAND, argv));
+        }
+        [agent::INSIDE_OPTION, rest @ ..] => {
+            let ports = match rest {
+                [] => None,
+                [agent::TCP_OPTION, ports] => match agent::parse_ports(ports) {
+                    Some(ports) => Some(ports),
+                    None => return fail(&format!("bad ports `{ports}`")),
+                },
+                _ => return fail(&"usage: pane-init --inside [--tcp-connect PORTS] -- ARGV"),
+            };
+            if let Err(error) = agent::confine(ports.as_deref()) {
+                return fail(&error);
+            }
+        }
+        _ => {
+            return fail(
+                &"usage: pane-init [--sandbox PLAN | --inside [--tcp-connect PORTS]] -- ARGV",
+            );
+        }
+    }
+    match crate::pane::init::run(argv) {
+        Ok(status) => ExitCode::from(status),
+        Err(error) => fail(&error),
+    }
+}
+
 /// Parses argv and runs the command.
 pub fn main() -> ExitCode {
-    // The pane's init (`FLEETD pane-init -- ARGV`, docs/panes.md) is what the multiplexer runs
-    // first in every pane fleetd launches: taken before the parser, so that no option, config
-    // or environment of fleetd's applies to it and the agent's argv is passed on verbatim.
+    // The pane's init (`FLEETD pane-init [OPTIONS] -- ARGV`, docs/panes.md) is what the
+    // multiplexer runs first in every pane fleetd launches: taken before the parser, so that no
+    // option, config or environment of fleetd's applies to it and the agent's argv is passed on
+    // verbatim.
     let mut args = std::env::args_os().skip(1);
     if args
         .next()
         .is_some_and(|a| a == crate::pane::init::SUBCOMMAND)
-        && args.next().is_some_and(|a| a == "--")
     {
-        let argv: Vec<std::ffi::OsString> = args.collect();
-        return match crate::pane::init::run(&argv) {
-            Ok(status) => ExitCode::from(status),
-            Err(error) => {
-                Output::default().note(&format!(
-                    "fleetd {}: {error}",
-                    crate::pane::init::SUBCOMMAND
-                ));
-                exit::code(127)
-            }
-        };
+        return pane_init(args.collect());
     }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,

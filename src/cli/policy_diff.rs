@@ -331,6 +331,7 @@ fn subject(subject: &Subject) -> String {
         Subject::Readiness => "readiness".to_owned(),
         Subject::MaySpawn => "may_spawn".to_owned(),
         Subject::RemoteMessages => "remote_messages".to_owned(),
+        Subject::Sandbox => "sandbox".to_owned(),
         Subject::Message(sender) => format!("messages, sender {sender}"),
     }
 }
@@ -467,6 +468,7 @@ fn rule_id(finding: &Finding) -> String {
         Subject::Readiness => "readiness",
         Subject::MaySpawn => "may-spawn",
         Subject::RemoteMessages => "remote-messages",
+        Subject::Sandbox => "sandbox",
     };
     format!("policy-diff/{}/{kind}", finding.direction.as_str())
 }

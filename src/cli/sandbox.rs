@@ -1,7 +1,8 @@
 //! `fleetd sandbox probe`: applies exactly the sandbox `fleetd run` would (same config, same
 //! secrets, same plan), then tries the reads, writes, connects and executions it is given and
 //! says which the kernel allowed. Operators run it after a kernel or config change; the tests
-//! use it to prove that forbidden accesses fail.
+//! use it to prove that forbidden accesses fail. It first says whether this host can build each
+//! agent's own sandbox (bubblewrap, user namespaces).
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -54,6 +55,8 @@ pub(super) fn run(command: &SandboxCommand, config_path: Option<&Path>, out: &Ou
     };
     let plan = Plan::for_daemon(&config, &super::run::broker_ports(&secrets));
     drop(secrets);
+    // What agents would get, tried before fleetd's own sandbox (which runs no program).
+    out.line(&agents_line());
     match sandbox::apply(&plan, config.sandbox) {
         Ok(enforced) => out.line(&enforced.to_string()),
         Err(error) => {
@@ -94,6 +97,64 @@ pub(super) fn run(command: &SandboxCommand, config_path: Option<&Path>, out: &Ou
         out.line(&verdict("exec", &path.display().to_string(), result));
     }
     exit::code(exit::OK)
+}
+
+/// Whether this host can build an agent's sandbox: bubblewrap where fleetd looks for it, and
+/// able to make the namespaces every sandbox gets (as the user running the probe).
+fn agents_line() -> String {
+    let Some(bwrap) = crate::spawn::BWRAP
+        .iter()
+        .map(Path::new)
+        .find(|p| p.is_file())
+    else {
+        return format!(
+            "agents: no sandbox: no bubblewrap at {} (install Debian's package `bubblewrap`); \
+             spawns of sandboxed profiles are refused",
+            crate::spawn::BWRAP.join(" or ")
+        );
+    };
+    let tried = std::process::Command::new(bwrap)
+        .args([
+            "--unshare-user",
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-net",
+            "--die-with-parent",
+            "--cap-drop",
+            "ALL",
+            "--ro-bind",
+            "/",
+            "/",
+            "--dev",
+            "/dev",
+            "--proc",
+            "/proc",
+            "--tmpfs",
+            "/tmp",
+            "--",
+            "/bin/true",
+        ])
+        .env_clear()
+        .stdin(std::process::Stdio::null())
+        .output();
+    match tried {
+        Ok(out) if out.status.success() => format!(
+            "agents: sandboxed by {} (user, PID, IPC, UTS and network namespaces, private /tmp; \
+             seccomp and Landlock inside)",
+            bwrap.display()
+        ),
+        Ok(out) => format!(
+            "agents: no sandbox: {} cannot build one here: {} (unprivileged user namespaces \
+             off? Ubuntu restricts them through AppArmor); spawns of sandboxed profiles fail",
+            bwrap.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ),
+        Err(error) => format!(
+            "agents: no sandbox: cannot run {}: {error}",
+            bwrap.display()
+        ),
+    }
 }
 
 fn verdict(what: &str, target: &str, result: std::io::Result<()>) -> String {

@@ -40,7 +40,7 @@ use crate::roster::{HostId, Roster};
 use crate::sandbox::Enforced;
 use crate::scrub::Scrubber;
 use crate::secret::{BROKER_URI, BrokerUri, Resolved, hardening_state};
-use crate::spawn::Spawner;
+use crate::spawn::{HostPlaces, Spawner};
 use crate::state::{Limits, StateStore};
 use crate::wire::{HostKey, Party};
 
@@ -426,20 +426,49 @@ fn spawner(config: &Config) -> Option<Arc<Spawner>> {
             return None;
         }
     };
+    // fleetd's own places, hidden from every agent's sandbox (docs/hardening.md).
+    let mut hidden = vec![
+        config.paths.policy.clone(),
+        config.paths.state.clone(),
+        config.paths.runtime.clone(),
+    ];
+    hidden.extend(config.file.iter().cloned());
+    hidden.extend(crate::secret::credentials_dir());
+    let places = |socket_dir: Option<&std::path::Path>| {
+        let mut hidden = hidden.clone();
+        hidden.extend(socket_dir.map(std::path::Path::to_path_buf));
+        HostPlaces::new(hidden, Some(config.paths.runtime.join(api::SOCKET)))
+    };
     match config.multiplexer {
-        crate::config::Multiplexer::Tmux => Some(Arc::new(
-            Spawner::new(Arc::new(Tmux::new(
-                tmux_socket(&config.tmux_socket),
-                "fleetd",
-            )))
-            .with_init(init),
-        )),
+        crate::config::Multiplexer::Tmux => {
+            let socket = tmux_socket(&config.tmux_socket);
+            let dir = match &socket {
+                Socket::Path(path) => path.parent().map(std::path::Path::to_path_buf),
+                // tmux's own directory, /tmp/tmux-UID or under $TMUX_TMPDIR: every sandbox has
+                // a private /tmp; $TMUX_TMPDIR is hidden by name.
+                Socket::Name(_) => std::env::var_os("TMUX_TMPDIR").map(std::path::PathBuf::from),
+            };
+            Some(Arc::new(
+                Spawner::new(Arc::new(Tmux::new(socket, "fleetd")))
+                    .with_init(init)
+                    .with_places(places(dir.as_deref())),
+            ))
+        }
         crate::config::Multiplexer::Herdr => {
-            let opened = crate::pane::herdr::socket_path()
+            let path = crate::pane::herdr::socket_path();
+            let dir = path
+                .as_deref()
+                .and_then(std::path::Path::parent)
+                .map(std::path::Path::to_path_buf);
+            let opened = path
                 .ok_or_else(|| "no herdr socket path (set HERDR_SOCKET_PATH or HOME)".to_owned())
                 .and_then(|path| crate::pane::herdr::Herdr::open(&path).map_err(|e| e.to_string()));
             match opened {
-                Ok(herdr) => Some(Arc::new(Spawner::new(Arc::new(herdr)).with_init(init))),
+                Ok(herdr) => Some(Arc::new(
+                    Spawner::new(Arc::new(herdr))
+                        .with_init(init)
+                        .with_places(places(dir.as_deref())),
+                )),
                 Err(reason) => {
                     warn!(%reason, "herdr is not reachable: spawning is off until fleetd restarts");
                     None

@@ -428,6 +428,15 @@ impl Multiplexer for Herdr {
             .to_str()
             .ok_or_else(|| PaneError::Refused("the working directory is not UTF-8".to_owned()))?;
         let kind = agent_kind(program);
+        if kind.is_some() && launch.sandbox.is_some() {
+            return Err(PaneError::Refused(
+                "not yet supported: a sandboxed agent that herdr starts itself (herdr's \
+                 `agent.start` runs it from the pane's shell, outside any sandbox fleetd can \
+                 build); run the profile under tmux, or set `mode = \"off\"` in its \
+                 `[profile.P.sandbox]` by name"
+                    .to_owned(),
+            ));
+        }
         let mut env = launch.env.clone();
         match kind {
             Some(_) => {

@@ -38,12 +38,24 @@ pub struct Launch {
     /// fleetd's own executable, run first in the pane as its init (`INIT pane-init -- ARGV`,
     /// [`init`]): what the agent starts ends with it. `None`: the argv runs directly.
     pub init: Option<PathBuf>,
+    /// The agent's sandbox plan, which the init enters first (`INIT pane-init --sandbox PLAN
+    /// -- ARGV`; fleetd's `sandbox::agent`). Needs `init`.
+    pub sandbox: Option<String>,
 }
 
+/// The init's option that carries a sandbox plan.
+pub const SANDBOX_OPTION: &str = "--sandbox";
+
 impl Launch {
-    /// The command the pane runs: the argv behind the init, when there is one.
+    /// The command the pane runs: the argv behind the init (and in its sandbox), when there is
+    /// one.
     pub fn command(&self) -> Result<Vec<String>, PaneError> {
         let Some(init) = &self.init else {
+            if self.sandbox.is_some() {
+                return Err(PaneError::Refused(
+                    "a sandboxed agent needs fleetd's pane init".to_owned(),
+                ));
+            }
             return Ok(self.argv.clone());
         };
         let init = init.to_str().ok_or_else(|| {
@@ -52,11 +64,11 @@ impl Launch {
                 init.display()
             ))
         })?;
-        let mut command = vec![
-            init.to_owned(),
-            init::SUBCOMMAND.to_owned(),
-            "--".to_owned(),
-        ];
+        let mut command = vec![init.to_owned(), init::SUBCOMMAND.to_owned()];
+        if let Some(plan) = &self.sandbox {
+            command.extend([SANDBOX_OPTION.to_owned(), plan.clone()]);
+        }
+        command.push("--".to_owned());
         command.extend(self.argv.iter().cloned());
         Ok(command)
     }
@@ -69,6 +81,7 @@ impl std::fmt::Debug for Launch {
             .field("cwd", &self.cwd)
             .field("env", &self.env.keys().collect::<Vec<_>>())
             .field("init", &self.init)
+            .field("sandbox", &self.sandbox.is_some())
             .finish()
     }
 }

@@ -166,7 +166,9 @@ impl Watched {
                 // is gone (the init ends the rest), the agent has ended.
                 let now = match self.program {
                     Some(program) => match stat(program.pid) {
-                        Some(agent) if agent.start == program.start && agent.ppid == self.pid => {
+                        Some(agent)
+                            if agent.start == program.start && under(agent.ppid, self.pid) =>
+                        {
                             agent
                         }
                         _ => return Liveness::Ended,
@@ -211,11 +213,48 @@ struct Stat {
 /// When process `pid` is fleetd's pane init (its command line `… pane-init -- …`, where `/proc`
 /// shows it), its first child — the agent — and that child's name.
 fn agent_under_init(pid: u32) -> Option<(Program, String)> {
-    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-    let mut args = cmdline.split(|b| *b == 0).skip(1);
-    if args.next()? != super::init::SUBCOMMAND.as_bytes() || args.next()? != b"--" {
-        return None;
+    // In its sandbox the agent's init runs under bubblewrap: the pane's process is bwrap, its
+    // child bwrap's init of the PID namespace, and that one's child the pane init.
+    let mut at = pid;
+    for _ in 0..SANDBOX_DEPTH {
+        let cmdline = std::fs::read(format!("/proc/{at}/cmdline")).ok()?;
+        let mut args = cmdline.split(|b| *b == 0);
+        let program = args.next()?;
+        let (first, second) = (args.next(), args.next());
+        if first == Some(super::init::SUBCOMMAND.as_bytes())
+            && matches!(second, Some(b"--" | b"--inside"))
+        {
+            return first_child(at);
+        }
+        if !program.ends_with(b"/bwrap") && program != b"bwrap" {
+            return None;
+        }
+        at = first_child(at)?.0.pid;
     }
+    None
+}
+
+/// Whether `parent` is `ancestor` or, in a sandbox, the init a few bubblewrap processes under
+/// it ([`SANDBOX_DEPTH`]).
+fn under(parent: u32, ancestor: u32) -> bool {
+    let mut at = parent;
+    for _ in 0..SANDBOX_DEPTH {
+        if at == ancestor {
+            return true;
+        }
+        match stat(at) {
+            Some(stat) => at = stat.ppid,
+            None => return false,
+        }
+    }
+    at == ancestor
+}
+
+/// How many bubblewrap processes may stand between a pane and its init.
+const SANDBOX_DEPTH: usize = 3;
+
+/// The eldest live child of `pid`, and its name.
+fn first_child(pid: u32) -> Option<(Program, String)> {
     children(pid)
         .into_iter()
         .filter_map(|child| Some((child, stat(child)?)))

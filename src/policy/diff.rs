@@ -23,7 +23,9 @@ use std::rc::Rc;
 use super::eval::{DEFAULT_DENY, Effect};
 use super::lang::{self, Change, Language, LanguageError};
 use super::message::{MessageRequest, Sender, evaluate_message};
-use super::model::{Deny, EnvRule, Grant, Location, MAILBOX, PolicySet, Profile, Rate, RuleId};
+use super::model::{
+    Deny, EnvRule, Grant, Location, MAILBOX, Network, PolicySet, Profile, Rate, RuleId, Sandbox,
+};
 use super::names;
 use super::request::{Origin, Request};
 
@@ -130,6 +132,8 @@ pub enum Subject {
     MaySpawn,
     /// Whether text from another host may reach its agents at all.
     RemoteMessages,
+    /// The sandbox its agents start in.
+    Sandbox,
     /// Whether a message from this origin reaches the profile's agents, by sender.
     Message(String),
 }
@@ -1078,6 +1082,103 @@ fn compare_profiles(before: &Profile, after: &Profile, holders: &[String], out: 
             format!("its agents {what} text from other hosts"),
         );
     }
+    for (direction, message) in sandbox_changes(&before.sandbox, &after.sandbox) {
+        push(direction, Subject::Sandbox, message);
+    }
+}
+
+/// Each way the sandbox moved, widenings first.
+fn sandbox_changes(before: &Sandbox, after: &Sandbox) -> Vec<(Direction, String)> {
+    let (before, after) = match (before, after) {
+        (Sandbox::Off, Sandbox::Off) => return Vec::new(),
+        (Sandbox::On(_), Sandbox::Off) => {
+            return vec![(
+                Direction::Widened,
+                "sandbox turned off: its agents now run unconfined, as their user".to_owned(),
+            )];
+        }
+        (Sandbox::Off, Sandbox::On(_)) => {
+            return vec![(
+                Direction::Narrowed,
+                "sandbox turned on: its agents now start confined".to_owned(),
+            )];
+        }
+        (Sandbox::On(before), Sandbox::On(after)) => (before, after),
+    };
+    let mut out = Vec::new();
+    if after.network != before.network {
+        let direction = if after.network > before.network {
+            Direction::Widened
+        } else {
+            Direction::Narrowed
+        };
+        out.push((
+            direction,
+            format!(
+                "sandbox network {} → {}",
+                before.network.as_str(),
+                after.network.as_str()
+            ),
+        ));
+    }
+    if after.network == Network::Host && before.network == Network::Host {
+        let ports =
+            |p: &Option<Vec<u16>>| p.as_ref().map_or("any".to_owned(), |p| format!("{p:?}"));
+        let direction = match (&before.tcp_connect, &after.tcp_connect) {
+            (a, b) if a == b => None,
+            (Some(_), None) => Some(Direction::Widened),
+            (None, Some(_)) => Some(Direction::Narrowed),
+            (Some(a), Some(b)) => {
+                let more = b.iter().any(|p| !a.contains(p));
+                let less = a.iter().any(|p| !b.contains(p));
+                Some(match (more, less) {
+                    (true, true) => Direction::Changed,
+                    (true, false) => Direction::Widened,
+                    _ => Direction::Narrowed,
+                })
+            }
+            (None, None) => None,
+        };
+        if let Some(direction) = direction {
+            out.push((
+                direction,
+                format!(
+                    "sandbox TCP connect ports {} → {}",
+                    ports(&before.tcp_connect),
+                    ports(&after.tcp_connect)
+                ),
+            ));
+        }
+    }
+    for (what, a, b) in [
+        ("writable paths", &before.writable, &after.writable),
+        ("hidden paths exposed", &before.readable, &after.readable),
+    ] {
+        let added: Vec<String> = b
+            .iter()
+            .filter(|p| !a.contains(p))
+            .map(|p| p.display().to_string())
+            .collect();
+        let removed: Vec<String> = a
+            .iter()
+            .filter(|p| !b.contains(p))
+            .map(|p| p.display().to_string())
+            .collect();
+        if !added.is_empty() {
+            out.push((
+                Direction::Widened,
+                format!("sandbox {what} added: {}", added.join(", ")),
+            ));
+        }
+        if !removed.is_empty() {
+            out.push((
+                Direction::Narrowed,
+                format!("sandbox {what} removed: {}", removed.join(", ")),
+            ));
+        }
+    }
+    out.sort_by_key(|(direction, _)| *direction);
+    out
 }
 
 #[cfg(test)]

@@ -505,3 +505,53 @@ fn every_changed_decision_is_explained_by_a_finding() {
         "only {changed} changed decisions were checked"
     );
 }
+
+#[test]
+fn every_widening_of_a_sandbox_is_reported_as_widening() {
+    let profile = |sandbox: &str| {
+        format!(
+            "[profile.w]\nargv = [\"/usr/bin/agent\"]\nroots = [\"/srv/work\"]\n{sandbox}\n\
+             [[grant]]\nid = \"g\"\nfleets = [\"f\"]\nprofiles = [\"w\"]\n"
+        )
+    };
+    let default = profile("");
+    let found = |old: &str, new: &str| {
+        diff_of(&[old], &[new])
+            .findings
+            .iter()
+            .map(|f| format!("{} {}", f.direction.as_str(), f.message))
+            .collect::<Vec<_>>()
+    };
+    let host = profile("[profile.w.sandbox]\nnetwork = \"host\"\ntcp_connect = [443]\n");
+    assert_eq!(
+        found(&default, &host),
+        ["widened sandbox network none → host"]
+    );
+    let any_port = profile("[profile.w.sandbox]\nnetwork = \"host\"\n");
+    assert_eq!(
+        found(&host, &any_port),
+        ["widened sandbox TCP connect ports [443] → any"]
+    );
+    let wider = profile(
+        "[profile.w.sandbox]\nwritable = [\"/srv/cache\"]\nreadable = [\"~/.gitconfig\"]\n",
+    );
+    assert_eq!(
+        found(&default, &wider),
+        [
+            "widened sandbox writable paths added: /srv/cache",
+            "widened sandbox hidden paths exposed added: ~/.gitconfig"
+        ]
+    );
+    let off = profile("[profile.w.sandbox]\nmode = \"off\"\n");
+    let report = diff_of(&[&default], &[&off]);
+    assert!(report.widens());
+    assert_eq!(
+        found(&default, &off),
+        ["widened sandbox turned off: its agents now run unconfined, as their user"]
+    );
+    assert_eq!(
+        found(&off, &default),
+        ["narrowed sandbox turned on: its agents now start confined"]
+    );
+    assert!(!diff_of(&[&host], &[&default]).widens());
+}

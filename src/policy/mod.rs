@@ -35,10 +35,10 @@ pub use message::{
     Ask, MessageRequest, NO_REMOTE_TEXT, SPAWNED, SPAWNER, Sender, evaluate_message,
 };
 pub use model::{
-    Deny, EnvRule, Grant, Location, MAILBOX, MessageGrant, PolicySet, Profile, Rate, Readiness,
-    RuleId, SecretRef,
+    Confinement, Deny, EnvRule, Grant, Location, MAILBOX, MessageGrant, Network, PolicySet,
+    Profile, Rate, Readiness, RuleId, Sandbox, SecretRef,
 };
-pub use names::{DANGEROUS, dangerous};
+pub use names::{DANGEROUS, FLEETD_PLACES, dangerous, fleetd_place};
 pub use request::{MAX_REQUEST, Origin, Request, RequestError};
 pub use schema::json_schema;
 pub use spec::{PaneSpec, SpecError, pane_spec};

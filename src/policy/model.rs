@@ -103,8 +103,73 @@ pub struct Profile {
     /// Whether its agents may receive text from another host at all (`remote_messages`;
     /// never for an interactive shell, which would run it).
     pub remote_messages: bool,
+    /// The sandbox its agents start in (`[profile.P.sandbox]`).
+    pub sandbox: Sandbox,
     /// Where it was defined.
     pub location: Location,
+}
+
+/// The sandbox a profile's agents start in.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Sandbox {
+    /// Named off by the profile (`mode = "off"`): its agents run as their user, unconfined.
+    Off,
+    /// Confined (the default).
+    On(Confinement),
+}
+
+impl Default for Sandbox {
+    fn default() -> Sandbox {
+        Sandbox::On(Confinement::default())
+    }
+}
+
+/// What a sandboxed agent may reach beyond its roots (which are always writable).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Confinement {
+    /// Where it may connect.
+    pub network: Network,
+    /// TCP ports it may connect to (`None`: any); only with [`Network::Host`].
+    pub tcp_connect: Option<Vec<u16>>,
+    /// Paths it may write beyond its roots.
+    pub writable: Vec<PathBuf>,
+    /// Paths it may read that are hidden by default (in a home, say).
+    pub readable: Vec<PathBuf>,
+}
+
+/// Where a sandboxed agent may connect.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Network {
+    /// No IPv4 or IPv6 socket at all, in a network namespace of its own (the default).
+    #[default]
+    None,
+    /// A network namespace of its own: its own loopback only (servers it starts itself).
+    Loopback,
+    /// The host's network (TCP connect limited to `tcp_connect` when that is given).
+    Host,
+}
+
+impl Network {
+    /// The word the policy uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Network::None => "none",
+            Network::Loopback => "loopback",
+            Network::Host => "host",
+        }
+    }
 }
 
 /// A variable a grant lets requests set.

@@ -268,6 +268,38 @@ fn distance(a: &str, b: &str) -> usize {
     row.last().copied().unwrap_or(0)
 }
 
+/// fleetd's own places as docs/operations.md installs them, and the multiplexers' socket
+/// directories: no agent's sandbox may show anything inside them (`policy check` refuses a
+/// profile that names one; on the host, the daemon also hides its configured places).
+pub const FLEETD_PLACES: &[&str] = &[
+    "/etc/fleetd",
+    "/var/lib/fleetd",
+    "/run/fleetd",
+    "/run/credentials",
+    "/etc/credstore",
+    "/etc/credstore.encrypted",
+    "/run/user",
+];
+
+/// The fleetd place (or multiplexer socket directory) `path` lies in, if any.
+pub fn fleetd_place(path: &std::path::Path) -> Option<String> {
+    if let Some(place) = FLEETD_PLACES.iter().find(|p| path.starts_with(p)) {
+        return Some((*place).to_owned());
+    }
+    // tmux's default socket directories: /tmp/tmux-UID (or under $TMUX_TMPDIR).
+    let mut components = path.components();
+    match (components.next(), components.next(), components.next()) {
+        (
+            Some(std::path::Component::RootDir),
+            Some(std::path::Component::Normal(tmp)),
+            Some(std::path::Component::Normal(dir)),
+        ) if tmp == "tmp" && dir.to_string_lossy().starts_with("tmux-") => {
+            Some(format!("/tmp/{}", dir.to_string_lossy()))
+        }
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

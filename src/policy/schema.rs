@@ -13,6 +13,11 @@ pub(super) enum Kind {
         min: i64,
         max: i64,
     },
+    /// An array of integers, each within the bounds.
+    IntArray {
+        min: i64,
+        max: i64,
+    },
     Bool,
     /// A table of string values under arbitrary names.
     StrMap,
@@ -75,6 +80,39 @@ pub(super) const READY: &[Field] = &[
     ),
 ];
 
+pub(super) const SANDBOX: &[Field] = &[
+    f(
+        "mode",
+        Kind::Str,
+        false,
+        "\"on\" (the default) or \"off\": an agent of a profile that says off runs unconfined, as its user (policy check warns)",
+    ),
+    f(
+        "network",
+        Kind::Str,
+        false,
+        "\"none\" (the default: no IPv4/IPv6 socket), \"loopback\" (its own loopback only) or \"host\"",
+    ),
+    f(
+        "tcp_connect",
+        Kind::IntArray { min: 1, max: 65535 },
+        false,
+        "with network = \"host\": the only TCP ports it may connect to (Landlock; default any)",
+    ),
+    f(
+        "writable",
+        Kind::StrArray,
+        false,
+        "absolute paths it may write beyond its roots (which are always writable)",
+    ),
+    f(
+        "readable",
+        Kind::StrArray,
+        false,
+        "absolute paths it may read that are hidden by default (every home, /run/user, /var/tmp)",
+    ),
+];
+
 pub(super) const PROFILE: &[Field] = &[
     f("description", Kind::Str, false, "what the profile is for"),
     f(
@@ -119,6 +157,12 @@ pub(super) const PROFILE: &[Field] = &[
         Kind::Bool,
         false,
         "may its agents receive text from another host at all (default true; an interactive shell never does: set false or leave it out)",
+    ),
+    f(
+        "sandbox",
+        Kind::Table(SANDBOX),
+        false,
+        "the sandbox its agents start in (default: on, no network, nothing writable but the roots)",
     ),
 ];
 
@@ -354,6 +398,9 @@ fn kind(kind: Kind) -> Value {
         Kind::Str => json!({"type": "string"}),
         Kind::StrArray => json!({"type": "array", "items": {"type": "string"}}),
         Kind::Int { min, max } => json!({"type": "integer", "minimum": min, "maximum": max}),
+        Kind::IntArray { min, max } => {
+            json!({"type": "array", "items": {"type": "integer", "minimum": min, "maximum": max}})
+        }
         Kind::Bool => json!({"type": "boolean"}),
         Kind::StrMap => json!({"type": "object", "additionalProperties": {"type": "string"}}),
         Kind::Table(fields) => object(fields),

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::eval::{Decision, Effect};
-use super::model::{PolicySet, SecretRef};
+use super::model::{PolicySet, Sandbox, SecretRef};
 use super::request::Request;
 
 /// What to launch.
@@ -24,6 +24,8 @@ pub struct PaneSpec {
     pub secrets: BTreeMap<String, SecretRef>,
     /// The request's label.
     pub label: Option<String>,
+    /// The sandbox it starts in (the profile's).
+    pub sandbox: Sandbox,
 }
 
 impl PaneSpec {
@@ -36,7 +38,23 @@ impl PaneSpec {
             "env": self.env.keys().collect::<Vec<_>>(),
             "secrets": self.secrets.iter().map(|(k, v)| (k.clone(), v.to_string())).collect::<BTreeMap<_, _>>(),
             "label": self.label,
+            "sandbox": sandbox_json(&self.sandbox),
         })
+    }
+}
+
+/// The sandbox as `policy explain` shows it.
+fn sandbox_json(sandbox: &Sandbox) -> serde_json::Value {
+    match sandbox {
+        Sandbox::Off => serde_json::json!({"mode": "off"}),
+        Sandbox::On(c) => serde_json::json!({
+            "mode": "on",
+            "network": c.network.as_str(),
+            "tcp_connect": c.tcp_connect,
+            "writable": c.writable.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
+            "readable": c.readable.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
+            "hidden": ["every home", "/run/user", "/var/tmp", "fleetd's places"],
+        }),
     }
 }
 
@@ -88,6 +106,7 @@ pub fn pane_spec(
         env,
         secrets: profile.secrets.clone(),
         label: request.label.clone(),
+        sandbox: profile.sandbox.clone(),
     })
 }
 

@@ -705,3 +705,96 @@ fn may_spawn_names_defined_profiles_only() {
         "{diagnostics:?}"
     );
 }
+
+#[test]
+fn a_profile_sandbox_is_on_by_default_and_checked() {
+    let load = |sandbox: &str| {
+        let text = format!(
+            "[profile.w]\nargv = [\"/usr/bin/agent\"]\nroots = [\"/srv/work\"]\n{sandbox}\n"
+        );
+        load_sources(&[(PathBuf::from("p.toml"), text)])
+    };
+    let (set, diags) = load("");
+    assert!(diags.is_empty(), "{diags:?}");
+    assert_eq!(
+        set.unwrap().profiles["w"].sandbox,
+        Sandbox::On(Confinement::default())
+    );
+    let (set, _) = load(
+        "[profile.w.sandbox]\nnetwork = \"host\"\ntcp_connect = [443, 22]\nwritable = [\"~/.claude\", \"/srv/cache\"]\n",
+    );
+    let Sandbox::On(c) = &set.unwrap().profiles["w"].sandbox else {
+        panic!("on")
+    };
+    assert_eq!(c.network, Network::Host);
+    assert_eq!(c.tcp_connect, Some(vec![443, 22]));
+    assert_eq!(
+        c.writable,
+        [PathBuf::from("~/.claude"), PathBuf::from("/srv/cache")]
+    );
+
+    let codes = |sandbox: &str| -> Vec<String> {
+        let (set, diags) = load(sandbox);
+        assert!(set.is_err() || diags.iter().all(|d| d.severity == Severity::Warning));
+        diags
+            .iter()
+            .map(|d| format!("{}: {}", d.code, d.message))
+            .collect()
+    };
+    for (sandbox, wanted) in [
+        (
+            "[profile.w.sandbox]\nwritable = [\"/var/lib/fleetd/x\"]\n",
+            "sandbox-exposes",
+        ),
+        (
+            "[profile.w.sandbox]\nreadable = [\"/etc/fleetd\"]\n",
+            "sandbox-exposes",
+        ),
+        (
+            "[profile.w.sandbox]\nwritable = [\"/tmp/tmux-1000\"]\n",
+            "sandbox-exposes",
+        ),
+        (
+            "[profile.w.sandbox]\nwritable = [\"/\"]\n",
+            "sandbox-exposes",
+        ),
+        (
+            "[profile.w.sandbox]\nwritable = [\"srv\"]\n",
+            "invalid-value",
+        ),
+        (
+            "[profile.w.sandbox]\nwritable = [\"~/../x\"]\n",
+            "invalid-value",
+        ),
+        (
+            "[profile.w.sandbox]\ntcp_connect = [443]\n",
+            "invalid-value",
+        ),
+        ("[profile.w.sandbox]\nnetwork = \"lan\"\n", "invalid-value"),
+        ("[profile.w.sandbox]\nmode = \"maybe\"\n", "invalid-value"),
+        (
+            "[profile.w.sandbox]\nnetwork = \"host\"\ntcp_connect = [0]\n",
+            "invalid-value",
+        ),
+        ("[profile.w.sandbox]\nmode = \"off\"\n", "sandbox-off"),
+    ] {
+        let found = codes(sandbox);
+        assert!(
+            found.iter().any(|c| c.starts_with(wanted)),
+            "{sandbox}: {found:?}"
+        );
+    }
+    // Off is a warning, and the profile loads.
+    let (set, _) = load("[profile.w.sandbox]\nmode = \"off\"\n");
+    assert_eq!(set.unwrap().profiles["w"].sandbox, Sandbox::Off);
+    // A root in fleetd's places is refused too (roots are writable in the sandbox).
+    let (set, diags) = load_sources(&[(
+        PathBuf::from("p.toml"),
+        "[profile.w]\nargv = [\"/usr/bin/agent\"]\nroots = [\"/var/lib/fleetd/work\"]\n".to_owned(),
+    )]);
+    assert!(set.is_err());
+    assert!(
+        diags.iter().any(|d| d.code == "sandbox-exposes"),
+        "{diags:?}"
+    );
+}

@@ -19,6 +19,9 @@
 //!
 //! Imports: `config` (the paths to allow), `secret` (the credentials directory).
 
+#[cfg(target_os = "linux")]
+pub mod agent;
+
 use std::fmt;
 use std::path::{Path, PathBuf};
 

@@ -6,8 +6,8 @@
 //!
 //! Registering the agent, announcing it and replying are the caller's (the daemon's) steps.
 //!
-//! Imports: `pane` (the multiplexer), `policy` (decision, spec). Secret values arrive through a
-//! resolver the daemon passes in.
+//! Imports: `pane` (the multiplexer), `policy` (decision, spec), `sandbox::agent` (the agent's
+//! sandbox plan). Secret values arrive through a resolver the daemon passes in.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -18,8 +18,18 @@ use secrecy::SecretString;
 use crate::pane::process::Watched;
 use crate::pane::{Launch, Multiplexer, PaneError, PaneId, PaneState};
 use crate::policy::{
-    Effect, PaneSpec, PolicySet, Request, RuleId, SecretRef, Usage, evaluate, pane_spec,
+    Effect, PaneSpec, PolicySet, Request, RuleId, Sandbox, SecretRef, Usage, evaluate, pane_spec,
 };
+
+/// The longest last line of an agent that exited before it was ready, in the reason.
+const LAST_LINE_CHARS: usize = 200;
+
+/// `: its last line: "…"`, when there is one.
+fn last_line(last: &Option<String>) -> String {
+    last.as_ref()
+        .map(|l| format!("; its last line: {l:?}"))
+        .unwrap_or_default()
+}
 
 /// Lines of pane output the readiness gate looks at.
 const GATE_LINES: usize = 50;
@@ -46,9 +56,15 @@ const DIALOGS: &[&str] = &[
 /// Why a launched pane did not become ready.
 #[derive(Debug, thiserror::Error)]
 enum GateError {
-    /// Its process ended first.
-    #[error("exited with status {0} before it was ready")]
-    Exited(i32),
+    /// Its process ended first; the last line it showed, when the pane still shows it (a
+    /// sandbox that could not be built says why there).
+    #[error("exited with status {status} before it was ready{}", last_line(.last))]
+    Exited {
+        /// Its exit status.
+        status: i32,
+        /// Its last non-blank line on screen.
+        last: Option<String>,
+    },
     /// The multiplexer reports the agent blocked and the profile accepts no dialogs.
     #[error(
         "blocked by a startup dialog (the multiplexer reports it; not accepted by the profile)"
@@ -93,6 +109,63 @@ pub enum Outcome {
     },
 }
 
+/// Where bubblewrap is looked for (the distribution's; never a PATH lookup).
+pub const BWRAP: &[&str] = &["/usr/bin/bwrap", "/usr/local/bin/bwrap"];
+
+/// What every agent's sandbox on this host hides and lets through (the daemon's config).
+#[derive(Clone, Debug, Default)]
+pub struct HostPlaces {
+    /// fleetd's own places (config, credentials, state, runtime, policy, the multiplexer's
+    /// socket directory), on top of [`crate::policy::FLEETD_PLACES`].
+    pub hidden: Vec<std::path::PathBuf>,
+    /// fleetd's API socket, bound into every sandbox (the one way out).
+    pub socket: Option<std::path::PathBuf>,
+}
+
+impl HostPlaces {
+    /// `hidden` with fleetd's well-known places added.
+    pub fn new(hidden: Vec<std::path::PathBuf>, socket: Option<std::path::PathBuf>) -> HostPlaces {
+        let mut all: Vec<std::path::PathBuf> = crate::policy::FLEETD_PLACES
+            .iter()
+            .map(std::path::PathBuf::from)
+            .collect();
+        for path in hidden {
+            if !all.contains(&path) {
+                all.push(path);
+            }
+        }
+        HostPlaces {
+            hidden: all,
+            socket,
+        }
+    }
+}
+
+/// Why an agent's sandbox cannot be built (the spawn is refused, nothing launched).
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    /// No pane init to enter it.
+    #[error("the agent's sandbox needs fleetd's pane init, which this spawner does not run")]
+    NoInit,
+    /// bubblewrap is not installed.
+    #[error(
+        "the agent's sandbox needs bubblewrap, which is not at /usr/bin/bwrap or \
+         /usr/local/bin/bwrap: install it (Debian's package `bubblewrap`), or set \
+         `mode = \"off\"` in the profile's `[profile.P.sandbox]` by name"
+    )]
+    NoBwrap,
+    /// The plan would show one of fleetd's places.
+    #[cfg(target_os = "linux")]
+    #[error("the agent's sandbox cannot be built: {0}")]
+    Plan(#[source] crate::sandbox::agent::EnterError),
+    /// Not on Linux.
+    #[cfg(not(target_os = "linux"))]
+    #[error(
+        "not yet supported: the agent sandbox exists only on Linux; set `mode = \"off\"` by name"
+    )]
+    NotLinux,
+}
+
 /// Resolves a profile's secret reference to its value on this host.
 pub type Secrets<'a> = &'a dyn Fn(&SecretRef) -> Result<SecretString, String>;
 
@@ -101,6 +174,8 @@ pub struct Spawner {
     mux: Arc<dyn Multiplexer>,
     /// fleetd's own executable, each pane's init ([`crate::pane::init`]).
     init: Option<std::path::PathBuf>,
+    /// What every agent's sandbox hides and lets through on this host.
+    places: HostPlaces,
     running: Mutex<Vec<Instance>>,
     recent: Mutex<VecDeque<(Instant, RuleId, String)>>,
 }
@@ -119,6 +194,7 @@ impl Spawner {
         Spawner {
             mux,
             init: None,
+            places: HostPlaces::new(Vec::new(), None),
             running: Mutex::new(Vec::new()),
             recent: Mutex::new(VecDeque::new()),
         }
@@ -129,6 +205,13 @@ impl Spawner {
     #[must_use]
     pub fn with_init(mut self, init: std::path::PathBuf) -> Spawner {
         self.init = Some(init);
+        self
+    }
+
+    /// Hides `places` from every sandboxed agent and binds its socket in.
+    #[must_use]
+    pub fn with_places(mut self, places: HostPlaces) -> Spawner {
+        self.places = places;
         self
     }
 
@@ -172,10 +255,19 @@ impl Spawner {
                 };
             }
         };
-        let launch = match launch_of(&spec, secrets, identity, self.init.clone()) {
+        let mut launch = match launch_of(&spec, secrets, identity, self.init.clone()) {
             Ok(launch) => launch,
             Err(reason) => return Outcome::Failed { reason },
         };
+        match self.sandbox_of(policy, &spec, &launch) {
+            Ok(plan) => launch.sandbox = plan,
+            Err(reason) => {
+                return Outcome::Refused {
+                    rules: decision.rules,
+                    reasons: vec![reason.to_string()],
+                };
+            }
+        }
         let asked = crate::pane::process::ticks_now();
         let pane = match self.mux.launch(&launch) {
             Ok(pane) => pane,
@@ -253,6 +345,78 @@ impl Spawner {
         }
     }
 
+    /// The sandbox plan of `spec`'s agent (`None`: its profile says `mode = "off"`).
+    #[cfg(target_os = "linux")]
+    fn sandbox_of(
+        &self,
+        policy: &PolicySet,
+        spec: &PaneSpec,
+        launch: &Launch,
+    ) -> Result<Option<String>, SandboxError> {
+        use crate::sandbox::agent::Plan;
+        let Sandbox::On(confinement) = &spec.sandbox else {
+            return Ok(None);
+        };
+        let init = self.init.clone().ok_or(SandboxError::NoInit)?;
+        let bwrap = BWRAP
+            .iter()
+            .map(std::path::PathBuf::from)
+            .find(|p| p.is_file())
+            .ok_or(SandboxError::NoBwrap)?;
+        let roots = policy
+            .profiles
+            .get(&spec.profile)
+            .map(|p| p.roots.clone())
+            .unwrap_or_default();
+        let mut readable = confinement.readable.clone();
+        // The agent's program and the init, where the sandbox would hide them (a home, /tmp),
+        // are shown read-only.
+        let hidden_by_default = |path: &std::path::Path| {
+            crate::sandbox::agent::ALWAYS_HIDDEN
+                .iter()
+                .chain(&["/tmp", "/dev/shm"])
+                .any(|place| path.starts_with(place))
+        };
+        readable.extend(
+            spec.argv
+                .first()
+                .map(std::path::PathBuf::from)
+                .into_iter()
+                .chain([init.clone()])
+                .filter(|p| hidden_by_default(p)),
+        );
+        let plan = Plan {
+            bwrap,
+            init,
+            network: confinement.network,
+            tcp_connect: confinement.tcp_connect.clone(),
+            cwd: spec.cwd.clone(),
+            writable: roots
+                .into_iter()
+                .chain(confinement.writable.iter().cloned())
+                .collect(),
+            readable,
+            hidden: self.places.hidden.clone(),
+            socket: self.places.socket.clone(),
+            env: launch.env.keys().cloned().collect(),
+        };
+        plan.check().map_err(SandboxError::Plan)?;
+        Ok(Some(plan.to_arg()))
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn sandbox_of(
+        &self,
+        _policy: &PolicySet,
+        spec: &PaneSpec,
+        _launch: &Launch,
+    ) -> Result<Option<String>, SandboxError> {
+        match spec.sandbox {
+            Sandbox::Off => Ok(None),
+            Sandbox::On(_) => Err(SandboxError::NotLinux),
+        }
+    }
+
     /// Waits until the pane shows the profile's ready pattern (for its settle time); fails on
     /// exit, on a startup dialog (unless the profile accepts them: Enter, once each) or at the
     /// timeout.
@@ -267,7 +431,7 @@ impl Spawner {
         let mut ready_since: Option<Instant> = None;
         loop {
             if let PaneState::Exited(status) = self.mux.state(pane)? {
-                return Err(GateError::Exited(status));
+                return Err(self.exited(pane, status));
             }
             let shown = self
                 .mux
@@ -310,9 +474,23 @@ impl Spawner {
     /// an exited pane within moments): then its exit is the reason, not the failed call.
     fn exited_or(&self, pane: &PaneId, error: PaneError) -> GateError {
         match self.mux.state(pane) {
-            Ok(PaneState::Exited(status)) => GateError::Exited(status),
+            Ok(PaneState::Exited(status)) => self.exited(pane, status),
             _ => GateError::Pane(error),
         }
+    }
+
+    /// The pane's process ended with `status`: that, and its last line if the pane shows it.
+    fn exited(&self, pane: &PaneId, status: i32) -> GateError {
+        let last = self.mux.read(pane, 5).ok().and_then(|shown| {
+            // tmux's own "Pane is dead (status …)" line (remain-on-exit) is not the agent's.
+            let line = shown
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty() && !l.starts_with("Pane is dead"))?
+                .trim();
+            Some(line.chars().take(LAST_LINE_CHARS).collect())
+        });
+        GateError::Exited { status, last }
     }
 
     /// Drops instances whose pane is gone or exited.
@@ -387,6 +565,7 @@ fn launch_of(
         cwd: spec.cwd.clone(),
         env,
         init,
+        sandbox: None,
     })
 }
 

@@ -179,12 +179,24 @@ impl Host {
             "amqp://f:canary-password@127.0.0.1/%2Ff",
         )
         .unwrap();
-        let keyed = Command::new(&paths.bin)
-            .args(["key", "init", "--credential-file"])
-            .arg(paths.cred.join("host-key"))
-            .env("HOME", &paths.home)
-            .output()
-            .unwrap();
+        // The copy was written a moment ago: a process another test thread forked meanwhile
+        // may still hold it open for writing until it executes (ETXTBSY), so try again.
+        let keyed = (0..50)
+            .find_map(|_| {
+                match Command::new(&paths.bin)
+                    .args(["key", "init", "--credential-file"])
+                    .arg(paths.cred.join("host-key"))
+                    .env("HOME", &paths.home)
+                    .output()
+                {
+                    Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => {
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                        None
+                    }
+                    other => Some(other.unwrap()),
+                }
+            })
+            .expect("the copied fleetd stayed busy (ETXTBSY) for 1 s");
         assert!(keyed.status.success(), "{keyed:?}");
         for path in walk(&paths.home) {
             let mode = if path.is_dir() { 0o700 } else { 0o600 };

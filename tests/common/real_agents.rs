@@ -127,6 +127,7 @@ impl World {
         .unwrap();
         std::fs::write(world.path().join("credentials/openai-api-key"), OPENAI_KEY).unwrap();
         world.secret("github-worker", GITHUB_TOKEN);
+        std::fs::create_dir_all(world.path().join("tmux")).unwrap();
         let mut tmux = world.command("tmux");
         tmux.args([
             "-L",
@@ -194,7 +195,8 @@ impl World {
             .env("LANG", "C.UTF-8")
             .env("XDG_STATE_HOME", self.path().join("state"))
             .env("XDG_RUNTIME_DIR", self.path().join("run"))
-            .env("TMUX_TMPDIR", self.path())
+            // A directory of its own: every agent's sandbox hides it (not the home beside it).
+            .env("TMUX_TMPDIR", self.path().join("tmux"))
             .env("CREDENTIALS_DIRECTORY", self.path().join("credentials"));
         command
     }
@@ -267,7 +269,9 @@ impl World {
             "[profile.codex-default]\ndescription = \"Codex with its default shared daemon.\"\n\
              argv = [\"/usr/local/bin/codex\"]\nroots = [\"/srv/fleet/work\"]\n\
              secrets = { OPENAI_API_KEY = \"credential:openai-api-key\" }\nmax_instances = 2\n\
-             [profile.codex-default.ready]\npattern = \"^›\"\ninput = \"^›\"\nsettle_secs = 4\n\n\
+             [profile.codex-default.ready]\npattern = \"^›\"\ninput = \"^›\"\nsettle_secs = 4\n\
+             [profile.codex-default.sandbox]\nnetwork = \"host\"\ntcp_connect = [443]\n\
+             writable = [\"~/.codex\"]\n\n\
              [[grant]]\nid = \"operator\"\ndescription = \"This host's operator runs agents.\"\n\
              fleets = [\"local\"]\nprofiles = [\"worker\", \"reviewer\", \"codex\", \"codex-default\"]\n\
              cwd = true\n",

@@ -181,6 +181,14 @@ impl Ctx<'_> {
             self.push(d);
             ok = false;
         }
+        let sandbox = match table.get("sandbox") {
+            Some(value) => self.sandbox(value, &what),
+            None => Some(Sandbox::default()),
+        };
+        let sandbox = sandbox?;
+        for (root, span) in self.strings(table, "roots", &what).unwrap_or_default() {
+            ok &= self.sandbox_path(Path::new(&root), span, &format!("root of `{what}`"));
+        }
         ok.then(|| Profile {
             name: name.get_ref().to_string(),
             argv,
@@ -191,8 +199,176 @@ impl Ctx<'_> {
             ready,
             may_spawn,
             remote_messages: !shell && remote_messages.unwrap_or(true),
+            sandbox,
             location: self.location(&name.span()),
         })
+    }
+
+    /// `[profile.P.sandbox]`; `None` when it has errors.
+    fn sandbox(&mut self, value: &Value<'_>, what: &str) -> Option<Sandbox> {
+        let what = format!("{what}.sandbox");
+        let table = self.table(value, &what)?;
+        let mut ok = true;
+        let off = match self.string(table, "mode", &what) {
+            None => false,
+            Some((mode, _)) if mode == "on" => false,
+            Some((mode, span)) if mode == "off" => {
+                let d = self
+                    .diag(
+                        Severity::Warning,
+                        "sandbox-off",
+                        span,
+                        format!("`{what}.mode` is \"off\": its agents run unconfined, as their user — they can read every sibling's environment, type into its pane and reach fleetd's files that user can reach"),
+                    )
+                    .with_help("remove `mode = \"off\"` and name what the agent needs (`network`, `writable`, `readable`)");
+                self.push(d);
+                true
+            }
+            Some((mode, span)) => {
+                self.error(
+                    "invalid-value",
+                    span,
+                    format!("`{what}.mode` is `{mode}`: write \"on\" or \"off\""),
+                );
+                return None;
+            }
+        };
+        let network = match self.string(table, "network", &what) {
+            None => Network::None,
+            Some((word, span)) => {
+                match [Network::None, Network::Loopback, Network::Host]
+                    .into_iter()
+                    .find(|n| n.as_str() == word)
+                {
+                    Some(network) => network,
+                    None => {
+                        self.error(
+                        "invalid-value",
+                        span,
+                        format!("`{what}.network` is `{word}`: write \"none\", \"loopback\" or \"host\""),
+                    );
+                        ok = false;
+                        Network::None
+                    }
+                }
+            }
+        };
+        let tcp_connect = self
+            .integers(table, "tcp_connect", &what, schema::SANDBOX)
+            .map(|ports| {
+                ports
+                    .into_iter()
+                    .filter_map(|p| u16::try_from(p).ok())
+                    .collect::<Vec<_>>()
+            });
+        if tcp_connect.is_some()
+            && network != Network::Host
+            && let Some(value) = table.get("tcp_connect")
+        {
+            self.error(
+                "invalid-value",
+                value.span(),
+                format!(
+                    "`{what}.tcp_connect` limits the host's network: it needs `network = \"host\"`"
+                ),
+            );
+            ok = false;
+        }
+        let paths = |key: &str, this: &mut Self, ok: &mut bool| -> Vec<PathBuf> {
+            let mut out = Vec::new();
+            for (path, span) in this.strings(table, key, &what).unwrap_or_default() {
+                let path = PathBuf::from(path);
+                *ok &= this.sandbox_path(&path, span, &format!("`{what}.{key}`"));
+                out.push(path);
+            }
+            out
+        };
+        let writable = paths("writable", self, &mut ok);
+        let readable = paths("readable", self, &mut ok);
+        if !ok {
+            return None;
+        }
+        Some(if off {
+            Sandbox::Off
+        } else {
+            Sandbox::On(Confinement {
+                network,
+                tcp_connect,
+                writable,
+                readable,
+            })
+        })
+    }
+
+    /// Whether `path` may be shown to a sandboxed agent: absolute, no `..`, not `/`, not in
+    /// one of fleetd's places.
+    fn sandbox_path(&mut self, path: &Path, span: Range<usize>, what: &str) -> bool {
+        // `~/…`: in the agents' home, resolved on the host when the agent starts.
+        if let Ok(rest) = path.strip_prefix("~/")
+            && !what.starts_with("root")
+        {
+            let plain = !rest.as_os_str().is_empty()
+                && rest
+                    .components()
+                    .all(|c| matches!(c, std::path::Component::Normal(_)));
+            if !plain {
+                self.error(
+                    "invalid-value",
+                    span,
+                    format!(
+                        "`{}` in {what} must name a path in the home without `..`",
+                        path.display()
+                    ),
+                );
+            }
+            return plain;
+        }
+        if !path.is_absolute()
+            || path
+                .components()
+                .any(|c| matches!(c, std::path::Component::ParentDir))
+        {
+            // Roots report their own form errors.
+            if !what.starts_with("root") {
+                self.error(
+                    "invalid-value",
+                    span,
+                    format!(
+                        "`{}` in {what} must be an absolute path without `..`",
+                        path.display()
+                    ),
+                );
+            }
+            return false;
+        }
+        if path == Path::new("/") && !what.starts_with("root") {
+            let d = self
+                .diag(
+                    Severity::Error,
+                    "sandbox-exposes",
+                    span,
+                    format!("{what} names `/`: the whole filesystem"),
+                )
+                .with_help("name the directories the agent needs");
+            self.push(d);
+            return false;
+        }
+        if let Some(place) = names::fleetd_place(path) {
+            let d = self
+                .diag(
+                    Severity::Error,
+                    "sandbox-exposes",
+                    span,
+                    format!(
+                        "{what} names `{}`, inside `{place}`: no agent may see fleetd's config, credentials, state, runtime, policy or the multiplexers' sockets",
+                        path.display()
+                    ),
+                )
+                .with_help("give the agent its own directory outside fleetd's places");
+            self.push(d);
+            return false;
+        }
+        true
     }
 
     fn readiness(&mut self, value: &Value<'_>, what: &str) -> Option<Readiness> {

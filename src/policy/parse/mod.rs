@@ -17,8 +17,8 @@ use toml::de::{DeArray, DeTable, DeValue};
 
 use super::diag::{Diagnostic, Severity};
 use super::model::{
-    Deny, EnvRule, Grant, Location, MAILBOX, MessageGrant, Profile, Rate, Readiness, RuleId,
-    SecretRef,
+    Confinement, Deny, EnvRule, Grant, Location, MAILBOX, MessageGrant, Network, Profile, Rate,
+    Readiness, RuleId, Sandbox, SecretRef,
 };
 use super::names;
 use super::schema::{self, Field, Kind};
@@ -334,8 +334,53 @@ impl Ctx<'_> {
         fields: &[Field],
     ) -> Option<i64> {
         let value = table.get(key)?;
+        let range = fields
+            .iter()
+            .find(|f| f.name == key)
+            .and_then(|f| match f.kind {
+                Kind::Int { min, max } => Some((min, max)),
+                _ => None,
+            });
+        self.int_value(value, &format!("{what}.{key}"), range)
+    }
+
+    /// An integer array's values, each within its field's bounds (bad items are reported and
+    /// left out).
+    fn integers(
+        &mut self,
+        table: &DeTable<'_>,
+        key: &str,
+        what: &str,
+        fields: &[Field],
+    ) -> Option<Vec<i64>> {
+        let value = table.get(key)?;
+        let DeValue::Array(items) = value.get_ref() else {
+            self.type_error(value, &format!("{what}.{key}"), "an array of integers");
+            return None;
+        };
+        let range = fields
+            .iter()
+            .find(|f| f.name == key)
+            .and_then(|f| match f.kind {
+                Kind::IntArray { min, max } => Some((min, max)),
+                _ => None,
+            });
+        Some(
+            items
+                .iter()
+                .filter_map(|item| self.int_value(item, &format!("{what}.{key}"), range))
+                .collect(),
+        )
+    }
+
+    fn int_value(
+        &mut self,
+        value: &Value<'_>,
+        what: &str,
+        range: Option<(i64, i64)>,
+    ) -> Option<i64> {
         let Some(int) = value.get_ref().as_integer() else {
-            self.type_error(value, &format!("{what}.{key}"), "an integer");
+            self.type_error(value, what, "an integer");
             return None;
         };
         let digits: String = int.as_str().chars().filter(|c| *c != '_').collect();
@@ -347,20 +392,13 @@ impl Ctx<'_> {
             int.radix(),
         )
         .ok();
-        let range = fields
-            .iter()
-            .find(|f| f.name == key)
-            .and_then(|f| match f.kind {
-                Kind::Int { min, max } => Some((min, max)),
-                _ => None,
-            });
         match (parsed, range) {
             (Some(n), Some((min, max))) if n >= min && n <= max => Some(n),
             (_, Some((min, max))) => {
                 self.error(
                     "invalid-value",
                     value.span(),
-                    format!("`{what}.{key}` must be from {min} to {max}"),
+                    format!("`{what}` must be from {min} to {max}"),
                 );
                 None
             }
