@@ -1,7 +1,8 @@
 //! What an agent's sandbox costs at spawn: spawn → ready of the same scripted agent through
 //! fleetd's spawn pipeline on a real tmux server, in its sandbox (bubblewrap, seccomp, Landlock)
 //! and with `sandbox.mode = "off"` (the baseline, measured in the same run, the two taking
-//! turns). Target (issue 36): sandboxed ≤ 1.5× unsandboxed.
+//! turns) — a shell agent ready at once (all the time is fleetd's and the sandbox's) and a
+//! Python one (an interpreter starts first). Target (issue 36): sandboxed ≤ 1.5× unsandboxed.
 //!
 //! Run: `cargo bench --bench sandbox` (20 spawns each); as a test, 2 each.
 
@@ -25,27 +26,36 @@ fn quick() -> bool {
     !std::env::args().any(|a| a == "--bench")
 }
 
-/// The agent: ready at once, then reads lines.
+/// The shell agent: ready at once, then reads lines.
 const AGENT: &str = "echo 'agent> ready'; while read -r line; do echo \"got: $line\"; done";
+
+/// The Python agent: an interpreter starts first, as most agents' runtimes do.
+const PY_AGENT: &str = "import sys; print('agent> ready', flush=True); sys.stdin.read()";
 
 fn policy(dir: &std::path::Path) -> fleetd::policy::PolicySet {
     let policy_dir = dir.join("policy");
     std::fs::create_dir_all(&policy_dir).unwrap();
     std::fs::create_dir_all(dir.join("work")).unwrap();
-    let profile = |name: &str, sandbox: &str| {
+    let profile = |name: &str, argv: &str, sandbox: &str| {
         format!(
             "[profile.{name}]\ndescription = \"A scripted agent.\"\n\
-             argv = [\"/bin/sh\", \"-c\", '''{AGENT}''']\nroots = [\"{work}\"]\nmax_instances = 1\n\
+             argv = {argv}\nroots = [\"{work}\"]\nmax_instances = 1\n\
              [profile.{name}.ready]\npattern = \"^agent> ready\"\ntimeout_secs = 20\n{sandbox}\n",
             work = dir.join("work").display()
         )
     };
+    let shell = format!("[\"/bin/sh\", \"-c\", '''{AGENT}''']");
+    let python = format!("[\"/usr/bin/python3\", \"-I\", \"-c\", \"{PY_AGENT}\"]");
+    let off = |name: &str| format!("[profile.{name}.sandbox]\nmode = \"off\"\n");
     std::fs::write(
         policy_dir.join("p.toml"),
         format!(
-            "{}{}[[grant]]\nid = \"g\"\ndescription = \"bench\"\nfleets = [\"f\"]\nprofiles = [\"boxed\", \"plain\"]\n",
-            profile("boxed", ""),
-            profile("plain", "[profile.plain.sandbox]\nmode = \"off\"\n"),
+            "{}{}{}{}[[grant]]\nid = \"g\"\ndescription = \"bench\"\nfleets = [\"f\"]\n\
+             profiles = [\"boxed\", \"plain\", \"py-boxed\", \"py-plain\"]\n",
+            profile("boxed", &shell, ""),
+            profile("plain", &shell, &off("plain")),
+            profile("py-boxed", &python, ""),
+            profile("py-plain", &python, &off("py-plain")),
         ),
     )
     .unwrap();
@@ -89,22 +99,27 @@ fn main() {
     let tmux = Tmux::new(Socket::Name(name.clone()), "fleetd");
     let spawner = Spawner::new(Arc::new(tmux) as Arc<dyn Multiplexer>)
         .with_init(env!("CARGO_BIN_EXE_fleetd").into());
-    let (mut boxed, mut plain) = (Vec::new(), Vec::new());
-    for _ in 0..rounds {
-        boxed.push(once(&spawner, &policy, "boxed"));
-        plain.push(once(&spawner, &policy, "plain"));
+    println!(
+        "sandbox bench: spawn → ready of a scripted agent through the spawn pipeline on tmux, median of {rounds}"
+    );
+    for (what, boxed_profile, plain_profile) in [
+        ("shell agent ", "boxed", "plain"),
+        ("python agent", "py-boxed", "py-plain"),
+    ] {
+        let (mut boxed, mut plain) = (Vec::new(), Vec::new());
+        for _ in 0..rounds {
+            boxed.push(once(&spawner, &policy, boxed_profile));
+            plain.push(once(&spawner, &policy, plain_profile));
+        }
+        let (boxed, plain) = (median(boxed), median(plain));
+        println!(
+            "{what}: sandboxed {:.1} ms, unsandboxed {:.1} ms: {:.2}x (target <= 1.5x)",
+            boxed.as_secs_f64() * 1e3,
+            plain.as_secs_f64() * 1e3,
+            boxed.as_secs_f64() / plain.as_secs_f64().max(1e-9)
+        );
     }
     let _ = std::process::Command::new("tmux")
         .args(["-L", &name, "kill-server"])
         .status();
-    let (boxed, plain) = (median(boxed), median(plain));
-    println!(
-        "sandbox bench: spawn → ready of a scripted agent through the spawn pipeline on tmux, median of {rounds}"
-    );
-    println!(
-        "sandboxed {:.1} ms, unsandboxed {:.1} ms: {:.2}x (target <= 1.5x)",
-        boxed.as_secs_f64() * 1e3,
-        plain.as_secs_f64() * 1e3,
-        boxed.as_secs_f64() / plain.as_secs_f64().max(1e-9)
-    );
 }

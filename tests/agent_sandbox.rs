@@ -531,6 +531,7 @@ impl Drop for Stop {
             .arg("-S")
             .arg(&self.1)
             .arg("kill-server")
+            .stderr(std::process::Stdio::null())
             .status();
     }
 }

@@ -212,10 +212,9 @@ pub enum SecretCommand {
     },
 }
 
-/// `pane-init`: `-- ARGV` runs the agent under the init; `--sandbox PLAN -- ARGV` (outside)
-/// enters the agent's sandbox, whose init runs with `--inside [--tcp-connect PORTS] -- ARGV`.
+/// `pane-init`: `-- ARGV` runs the agent under the init; `--sandbox PLAN -- ARGV` runs it in
+/// its sandbox (bubblewrap's init is then the agent's).
 fn pane_init(args: Vec<std::ffi::OsString>) -> ExitCode {
-    use crate::sandbox::agent;
     let fail = |error: &dyn std::fmt::Display| {
         Output::default().note(&format!(
             "fleetd {}: {error}",
@@ -224,38 +223,18 @@ fn pane_init(args: Vec<std::ffi::OsString>) -> ExitCode {
         exit::code(127)
     };
     let Some(split) = args.iter().position(|a| a == "--") else {
-        return fail(&"usage: pane-init [--sandbox PLAN | --inside [--tcp-connect PORTS]] -- ARGV");
+        return fail(&"usage: pane-init [--sandbox PLAN] -- ARGV");
     };
     let (options, argv) = args.split_at(split);
     let argv = argv.get(1..).unwrap_or_default();
     let options: Vec<&str> = options.iter().filter_map(|o| o.to_str()).collect();
     match options.as_slice() {
-        [] => {}
-        [agent::SANDBOX_OPTION, plan] => {
-            return fail(&agent::enter(plan, crate::pane::init::SUBCOMMAND, argv));
-        }
-        [agent::INSIDE_OPTION, rest @ ..] => {
-            let ports = match rest {
-                [] => None,
-                [agent::TCP_OPTION, ports] => match agent::parse_ports(ports) {
-                    Some(ports) => Some(ports),
-                    None => return fail(&format!("bad ports `{ports}`")),
-                },
-                _ => return fail(&"usage: pane-init --inside [--tcp-connect PORTS] -- ARGV"),
-            };
-            if let Err(error) = agent::confine(ports.as_deref()) {
-                return fail(&error);
-            }
-        }
-        _ => {
-            return fail(
-                &"usage: pane-init [--sandbox PLAN | --inside [--tcp-connect PORTS]] -- ARGV",
-            );
-        }
-    }
-    match crate::pane::init::run(argv) {
-        Ok(status) => ExitCode::from(status),
-        Err(error) => fail(&error),
+        [] => match crate::pane::init::run(argv) {
+            Ok(status) => ExitCode::from(status),
+            Err(error) => fail(&error),
+        },
+        [crate::pane::SANDBOX_OPTION, plan] => fail(&crate::sandbox::agent::enter(plan, argv)),
+        _ => fail(&"usage: pane-init [--sandbox PLAN] -- ARGV"),
     }
 }
 

@@ -213,29 +213,35 @@ struct Stat {
 /// When process `pid` is fleetd's pane init (its command line `… pane-init -- …`, where `/proc`
 /// shows it), its first child — the agent — and that child's name.
 fn agent_under_init(pid: u32) -> Option<(Program, String)> {
-    // In its sandbox the agent's init runs under bubblewrap: the pane's process is bwrap, its
-    // child bwrap's init of the PID namespace, and that one's child the pane init.
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let mut args = cmdline.split(|b| *b == 0);
+    let program = args.next()?;
+    if args.next()? == super::init::SUBCOMMAND.as_bytes() && args.next()? == b"--" {
+        return first_child(pid);
+    }
+    // In its sandbox the pane's process is bwrap (the init became it), its child bwrap's init
+    // of the PID namespace, and that one's child the agent.
+    if !is_bwrap(program) {
+        return None;
+    }
     let mut at = pid;
     for _ in 0..SANDBOX_DEPTH {
-        let cmdline = std::fs::read(format!("/proc/{at}/cmdline")).ok()?;
-        let mut args = cmdline.split(|b| *b == 0);
-        let program = args.next()?;
-        let (first, second) = (args.next(), args.next());
-        if first == Some(super::init::SUBCOMMAND.as_bytes())
-            && matches!(second, Some(b"--" | b"--inside"))
-        {
-            return first_child(at);
+        let child = first_child(at)?;
+        let cmdline = std::fs::read(format!("/proc/{}/cmdline", child.0.pid)).ok()?;
+        if !is_bwrap(cmdline.split(|b| *b == 0).next()?) {
+            return Some(child);
         }
-        if !program.ends_with(b"/bwrap") && program != b"bwrap" {
-            return None;
-        }
-        at = first_child(at)?.0.pid;
+        at = child.0.pid;
     }
     None
 }
 
-/// Whether `parent` is `ancestor` or, in a sandbox, the init a few bubblewrap processes under
-/// it ([`SANDBOX_DEPTH`]).
+fn is_bwrap(program: &[u8]) -> bool {
+    program.ends_with(b"/bwrap") || program == b"bwrap"
+}
+
+/// Whether `parent` is `ancestor` or, in a sandbox, a bubblewrap process a few levels under it
+/// ([`SANDBOX_DEPTH`]).
 fn under(parent: u32, ancestor: u32) -> bool {
     let mut at = parent;
     for _ in 0..SANDBOX_DEPTH {
@@ -250,7 +256,7 @@ fn under(parent: u32, ancestor: u32) -> bool {
     at == ancestor
 }
 
-/// How many bubblewrap processes may stand between a pane and its init.
+/// How many bubblewrap processes may stand between a pane and its agent.
 const SANDBOX_DEPTH: usize = 3;
 
 /// The eldest live child of `pid`, and its name.
@@ -270,9 +276,31 @@ fn first_child(pid: u32) -> Option<(Program, String)> {
         })
 }
 
-/// The live children of process `pid` (every process `/proc` shows with it as parent, zombies
-/// left out).
+/// The live children of process `pid`, zombies left out: from the kernel's list of each of its
+/// threads' children (`/proc/PID/task/TID/children`) where it has one, else by a scan of `/proc`.
 pub fn children(pid: u32) -> Vec<u32> {
+    listed_children(pid).unwrap_or_else(|| scanned_children(pid))
+}
+
+/// `/proc/PID/task/*/children`, live ones only; `None` where the kernel has no such file.
+fn listed_children(pid: u32) -> Option<Vec<u32>> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+    {
+        let list = std::fs::read_to_string(task.path().join("children")).ok()?;
+        out.extend(
+            list.split_whitespace()
+                .filter_map(|p| p.parse::<u32>().ok())
+                .filter(|child| stat(*child).is_some_and(|s| s.ppid == pid && s.state != 'Z')),
+        );
+    }
+    Some(out)
+}
+
+/// Every process `/proc` shows with `pid` as parent, zombies left out.
+fn scanned_children(pid: u32) -> Vec<u32> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };

@@ -31,6 +31,9 @@ fn last_line(last: &Option<String>) -> String {
         .unwrap_or_default()
 }
 
+/// The longest pause between two looks of the readiness gate.
+const GATE_PAUSE: Duration = Duration::from_millis(100);
+
 /// Lines of pane output the readiness gate looks at.
 const GATE_LINES: usize = 50;
 /// Phrases of startup dialogs that block an agent until someone answers: folder trust (Claude
@@ -369,8 +372,8 @@ impl Spawner {
             .map(|p| p.roots.clone())
             .unwrap_or_default();
         let mut readable = confinement.readable.clone();
-        // The agent's program and the init, where the sandbox would hide them (a home, /tmp),
-        // are shown read-only.
+        // The agent's program and fleetd's (its `fleetd send`), where the sandbox would hide
+        // them (a home, /tmp), are shown read-only.
         let hidden_by_default = |path: &std::path::Path| {
             crate::sandbox::agent::ALWAYS_HIDDEN
                 .iter()
@@ -387,7 +390,6 @@ impl Spawner {
         );
         let plan = Plan {
             bwrap,
-            init,
             network: confinement.network,
             tcp_connect: confinement.tcp_connect.clone(),
             cwd: spec.cwd.clone(),
@@ -427,6 +429,10 @@ impl Spawner {
     fn gate(&self, pane: &PaneId, profile: &crate::policy::Profile) -> Result<(), GateError> {
         let deadline = Instant::now() + profile.ready.timeout;
         let mut accepted = 0;
+        // Looks again soon at first (an agent that is ready in milliseconds is seen then), less
+        // often as it takes longer: an eighth of the time so far (at least 2 ms, at most
+        // GATE_PAUSE), so readiness is seen at most ~12 % late.
+        let asked = Instant::now();
         // Since when every look found it ready (see `Readiness::settle`).
         let mut ready_since: Option<Instant> = None;
         loop {
@@ -466,7 +472,7 @@ impl Spawner {
             if Instant::now() >= deadline {
                 return Err(GateError::NotReady(profile.ready.timeout));
             }
-            std::thread::sleep(Duration::from_millis(100));
+            std::thread::sleep((asked.elapsed() / 8).clamp(Duration::from_millis(2), GATE_PAUSE));
         }
     }
 

@@ -14,19 +14,19 @@
 //!    fleetd's own directories hidden under empty tmpfs; then the profile's roots and writable
 //!    paths bound read-write, its readable paths read-only, and fleetd's API socket bound back
 //!    as the one way out.
-//! 2. Inside, `FLEETD pane-init --inside [--tcp-connect PORTS] -- ARGV` is the sandbox's init
-//!    ([`crate::pane::init`]): it applies Landlock ([`confine`]: TCP connect limited to the
-//!    profile's ports, abstract Unix sockets and signals scoped to the sandbox) and runs the
-//!    agent. When the init ends, the PID namespace ends, and with it everything the agent
-//!    started.
+//!    Before that it applies Landlock to itself ([`confine`]: TCP connect limited to the
+//!    profile's ports, abstract Unix sockets and signals scoped to the sandbox), which bwrap
+//!    and the agent inherit — it restricts no mount, so bwrap still builds its namespaces.
+//! 2. bwrap's own init is PID 1 of the sandbox and the agent its child: when the agent ends,
+//!    the PID namespace ends, and with it everything the agent started.
 //!
-//! The seccomp filter (applied by bwrap just before it executes the init, inherited by every
+//! The seccomp filter (applied by bwrap just before it executes the agent, inherited by every
 //! process inside) refuses `TIOCSTI` and `TIOCLINUX` (typing into the terminal), the kernel
 //! keyring calls (`keyctl`, `add_key`, `request_key`) and, for `network = "none"`, IPv4 and
-//! IPv6 sockets — each with `EPERM` (`EACCES` for sockets), so a refused call fails visibly.
+//! IPv6 sockets — each with `EPERM`, so a refused call fails visibly.
 //!
-//! Imports: `policy` (the network a profile names), `pane` (the init's option); nothing that needs a config (the pane's
-//! init runs it before any exists).
+//! Imports: `policy` (the network a profile names), `pane` (the init's option); nothing that
+//! needs a config (the pane's init runs it before any exists).
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
@@ -38,12 +38,6 @@ pub use crate::policy::Network;
 
 /// The option of `pane-init` that carries a plan.
 pub use crate::pane::SANDBOX_OPTION;
-
-/// The option of `pane-init` that says it runs inside a sandbox ([`confine`] applies).
-pub const INSIDE_OPTION: &str = "--inside";
-
-/// The option of `pane-init` (inside) that limits TCP connects.
-pub const TCP_OPTION: &str = "--tcp-connect";
 
 /// A path the profile names in the agents' home (`~/.claude`), resolved where the pane's init
 /// runs, as the agents' user, from its `HOME`.
@@ -64,8 +58,6 @@ pub const ROOT_MAPPED_TO: u32 = 1000;
 pub struct Plan {
     /// The `bwrap` to run (absolute).
     pub bwrap: PathBuf,
-    /// fleetd's own executable: the init inside.
-    pub init: PathBuf,
     /// The network.
     pub network: Network,
     /// TCP ports the agent may connect to (`None`: any; only with [`Network::Host`]).
@@ -109,6 +101,9 @@ pub enum EnterError {
     /// The seccomp filter could not be built or handed over.
     #[error("cannot build the seccomp filter: {0}")]
     Seccomp(String),
+    /// Landlock refused what the profile asked for.
+    #[error(transparent)]
+    Landlock(ConfineError),
     /// `bwrap` could not be executed.
     #[error(
         "cannot run `{bwrap}`: {source} (install bubblewrap — Debian's package `bubblewrap` —, \
@@ -139,7 +134,7 @@ impl Plan {
     /// Checks the plan's paths: absolute (or, to bind, `~/…` in the agents' home), no `..`,
     /// nothing to bind inside a hidden place.
     pub fn check(&self) -> Result<(), EnterError> {
-        let fixed = [&self.bwrap, &self.init, &self.cwd]
+        let fixed = [&self.bwrap, &self.cwd]
             .into_iter()
             .chain(&self.hidden)
             .chain(&self.socket);
@@ -288,28 +283,6 @@ impl Plan {
         }
         args
     }
-
-    /// The init's command inside: `INIT pane-init --inside [--tcp-connect PORTS] --`.
-    pub fn inner_init(&self, subcommand: &str) -> Vec<OsString> {
-        let mut words = vec![
-            self.init.clone().into_os_string(),
-            subcommand.into(),
-            INSIDE_OPTION.into(),
-        ];
-        if let Some(ports) = &self.tcp_connect {
-            words.push(TCP_OPTION.into());
-            words.push(
-                ports
-                    .iter()
-                    .map(u16::to_string)
-                    .collect::<Vec<_>>()
-                    .join(",")
-                    .into(),
-            );
-        }
-        words.push("--".into());
-        words
-    }
 }
 
 /// What a path on the host is.
@@ -399,10 +372,10 @@ pub fn seccomp_program(network: Network) -> Result<Vec<u8>, EnterError> {
         .collect())
 }
 
-/// The pane's init outside the sandbox: checks the plan, keeps only its environment, hands the
-/// seccomp filter over and replaces itself with bwrap running `argv` behind the init inside.
+/// The pane's init for a sandboxed agent: checks the plan, keeps only its environment, applies
+/// Landlock, hands the seccomp filter over and replaces itself with bwrap running `argv`.
 /// Returns only on failure.
-pub fn enter(plan: &str, subcommand: &str, argv: &[OsString]) -> EnterError {
+pub fn enter(plan: &str, argv: &[OsString]) -> EnterError {
     let home = std::env::var_os("HOME").map(PathBuf::from);
     let plan = match Plan::from_arg(plan).and_then(|p| p.in_home(home.as_deref())) {
         Ok(plan) => plan,
@@ -417,11 +390,15 @@ pub fn enter(plan: &str, subcommand: &str, argv: &[OsString]) -> EnterError {
         Ok(fd) => fd,
         Err(error) => return EnterError::Seccomp(error.to_string()),
     };
+    // Landlock first: bwrap and the agent inherit it.
+    if let Err(error) = confine(plan.tcp_connect.as_deref()) {
+        return EnterError::Landlock(error);
+    }
     let uid = rustix::process::getuid().as_raw();
     let mut command = std::process::Command::new(&plan.bwrap);
     command
         .args(plan.bwrap_args(uid, Some(fd), &host_kind))
-        .args(plan.inner_init(subcommand))
+        .arg("--")
         .args(argv)
         .env_clear();
     for name in &plan.env {
@@ -472,10 +449,12 @@ fn filter_pipe(program: &[u8]) -> std::io::Result<i32> {
     Ok(fd)
 }
 
-/// What the init inside applies before it runs the agent ([`TCP_OPTION`]): TCP connect limited
-/// to `ports` (when given), abstract Unix sockets and signals scoped to the sandbox. Ports
-/// asked for but not enforceable (Landlock below ABI 4) fail; the scopes are best effort
-/// (ABI 6), as the PID and network namespaces already hold most of what they add.
+/// What the pane's init applies to itself before it becomes bwrap: TCP connect limited to
+/// `ports` (when given), abstract Unix sockets and signals scoped to the sandbox. Ports asked
+/// for but not enforceable (Landlock below ABI 4) fail; the scopes are best effort (ABI 6), as
+/// the PID and network namespaces already hold most of what they add. No file access is
+/// handled: a domain that handles none restricts no mount, so bwrap can still build the
+/// sandbox (and an agent its own nested one).
 pub fn confine(ports: Option<&[u16]>) -> Result<(), ConfineError> {
     use landlock::{
         AccessNet, CompatLevel, Compatible, NetPort, Ruleset, RulesetAttr, RulesetCreatedAttr,
@@ -511,14 +490,6 @@ pub fn confine(ports: Option<&[u16]>) -> Result<(), ConfineError> {
 #[derive(Debug, thiserror::Error)]
 #[error("cannot confine the agent with Landlock: {0}")]
 pub struct ConfineError(String);
-
-/// Parses [`TCP_OPTION`]'s value: ports separated by commas (none: no TCP connect at all).
-pub fn parse_ports(text: &str) -> Option<Vec<u16>> {
-    if text.is_empty() {
-        return Some(Vec::new());
-    }
-    text.split(',').map(|p| p.parse().ok()).collect()
-}
 
 #[cfg(test)]
 mod tests;

@@ -5,7 +5,6 @@ use super::*;
 fn plan() -> Plan {
     Plan {
         bwrap: "/usr/bin/bwrap".into(),
-        init: "/usr/local/bin/fleetd".into(),
         network: Network::None,
         tcp_connect: None,
         cwd: "/home/alice/work/repo".into(),
@@ -86,17 +85,6 @@ fn root_runs_as_an_unprivileged_uid_and_host_network_is_shared() {
     let args = words(&plan.bwrap_args(0, None, &|_| Some(Kind::Dir)));
     position(&args, &["--uid", "1000", "--gid", "1000"]);
     assert!(!args.contains(&"--unshare-net".to_owned()));
-    assert_eq!(
-        words(&plan.inner_init("pane-init")),
-        [
-            "/usr/local/bin/fleetd",
-            "pane-init",
-            "--inside",
-            "--tcp-connect",
-            "443,22",
-            "--"
-        ]
-    );
 }
 
 #[test]
@@ -137,12 +125,4 @@ fn the_seccomp_program_is_whole_instructions_and_grows_with_the_socket_rules() {
     assert_eq!(open.len() % 8, 0);
     assert_eq!(closed.len() % 8, 0);
     assert!(closed.len() > open.len());
-}
-
-#[test]
-fn ports_parse_or_fail_whole() {
-    assert_eq!(parse_ports("443,22"), Some(vec![443, 22]));
-    assert_eq!(parse_ports(""), Some(vec![]));
-    assert_eq!(parse_ports("443,x"), None);
-    assert_eq!(parse_ports("70000"), None);
 }
