@@ -334,17 +334,28 @@ impl Solo {
             &format!("tmux_socket = \"{}\"\n", tmux_socket.display()),
         );
         std::fs::write(top.join("policy/00-policy.toml"), policy(&top.join("work"))).unwrap();
+        // The agents' server: its HOME and PATH (with fleetd on it) are what panes inherit.
+        let bin_dir = Path::new(common::BIN).parent().unwrap();
         let started = Command::new("tmux")
             .arg("-S")
             .arg(&tmux_socket)
             .args(["new-session", "-d", "-s", "keep", "sleep 600"])
             .env("HOME", top.join("home"))
+            .env(
+                "PATH",
+                format!("{}:/usr/local/bin:/usr/bin:/bin", bin_dir.display()),
+            )
             .status()
             .unwrap();
         assert!(started.success(), "the agents' tmux server");
         let mut run = Command::new(common::BIN);
         run.args(["--config", config.to_str().unwrap(), "run"])
             .env("HOME", top)
+            // tmux gives a window the PATH of the client that opened it: fleetd's.
+            .env(
+                "PATH",
+                format!("{}:/usr/local/bin:/usr/bin:/bin", bin_dir.display()),
+            )
             .env("CREDENTIALS_DIRECTORY", &cred);
         let (daemon, log) = common::spawn_logged(run);
         let stop = Stop(daemon, tmux_socket.clone());
@@ -389,7 +400,7 @@ fn a_hostile_agent_on_a_one_identity_host_reaches_nothing_but_its_root_and_fleet
     let operator = |args: &[&str]| host.operator(args);
     let tmux = |args: &[&str]| host.tmux(args);
     // Outside /tmp (which every sandbox has of its own): a directory the host can write.
-    let outside = visible_outside(top);
+    let outside = visible_outside();
     attack(&Scene {
         operator: &operator,
         tmux: &tmux,
@@ -490,7 +501,7 @@ fn a_hostile_agent_on_a_two_identity_host_reaches_nothing_but_its_root_and_fleet
     host.start();
     let operator = |args: &[&str]| host.operator(args);
     let tmux = |args: &[&str]| host.tmux_text(args);
-    let outside = visible_outside(&host.paths.out);
+    let outside = visible_outside();
     common::identities::own(outside.path(), host.au, host.ag, 0o755);
     attack(&Scene {
         operator: &operator,
@@ -511,11 +522,13 @@ fn a_hostile_agent_on_a_two_identity_host_reaches_nothing_but_its_root_and_fleet
 }
 
 /// A directory outside /tmp (each sandbox has a /tmp of its own, so a write there proves
-/// nothing): under the build directory, which every sandbox sees read-only.
-fn visible_outside(_near: &Path) -> tempfile::TempDir {
-    let base = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    std::fs::create_dir_all(base).unwrap();
-    let dir = tempfile::tempdir_in(base).unwrap();
+/// nothing), which every sandbox sees read-only and every user can reach: under `/` (a checkout
+/// may lie under a directory only root may enter).
+fn visible_outside() -> tempfile::TempDir {
+    let dir = tempfile::Builder::new()
+        .prefix("fleetd-sandbox-test-")
+        .tempdir_in("/")
+        .unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
     dir
 }
@@ -534,4 +547,99 @@ impl Drop for Stop {
             .stderr(std::process::Stdio::null())
             .status();
     }
+}
+
+/// A realistic task inside the default sandbox of a profile with `network = "host"` and a
+/// writable config directory: on a message, the agent clones a local repository into its root,
+/// edits, commits, runs a test command, sandboxes a command of its own with bubblewrap (as
+/// Codex does), and answers its sender with a bare `fleetd send`.
+#[test]
+fn a_realistic_agent_workflow_works_inside_its_sandbox() {
+    // The repository it clones: outside its root, on a path every sandbox sees read-only.
+    let upstream = visible_outside();
+    let repo = upstream.path().join("repo");
+    let git = |dir: &Path, args: &[&str]| {
+        let out = Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(["-c", "user.name=upstream", "-c", "user.email=up@invalid"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+    };
+    std::fs::create_dir_all(&repo).unwrap();
+    git(&repo, &["init", "-q"]);
+    std::fs::write(repo.join("count.txt"), "1\n").unwrap();
+    git(&repo, &["add", "count.txt"]);
+    git(&repo, &["commit", "-qm", "start"]);
+    let task = format!(
+        "set -e; rm -rf clone; git clone -q {repo} clone; cd clone; echo 2 >> count.txt; \
+         git -c user.name=agent -c user.email=agent@invalid commit -qam bump; \
+         test \"$(wc -l < count.txt)\" -eq 2; git log --oneline | wc -l > ../commits; \
+         bwrap --ro-bind / / --dev /dev --unshare-pid --unshare-net -- /bin/true; \
+         echo ok > \"$HOME/.config/agent/last\"",
+        repo = repo.display()
+    );
+    let host = Solo::start(&["worker"], |work| {
+        format!(
+            "[profile.worker]\ndescription = \"Does a task, then answers.\"\n\
+             argv = [\"/bin/sh\", \"-c\", '''echo 'agent> ready'; while read -r line; do \
+             from=$(printf '%s\\n' \"$line\" | sed -n 's/^\\[fleetd: from [^ ]* agent \\([0-9a-f-]*\\), msg .*/\\1/p'); \
+             [ -n \"$from\" ] || continue; if sh -c '{task}' > task.log 2>&1; then r=done; else r=failed; fi; \
+             fleetd send \"$from\" \"task $r\"; done''']\n\
+             roots = [\"{work}/worker\"]\nmax_instances = 1\n\
+             [profile.worker.ready]\npattern = \"^agent> ready\"\ntimeout_secs = 20\n\
+             [profile.worker.sandbox]\nnetwork = \"host\"\nwritable = [\"~/.config/agent\"]\n\n\
+             [[grant]]\nid = \"local\"\ndescription = \"The operator.\"\nfleets = [\"local\"]\n\
+             profiles = [\"worker\"]\n",
+            work = work.display(),
+            task = task.replace('\'', "'\\''"),
+        )
+    });
+    let config = host.top().join("home/.config/agent");
+    std::fs::create_dir_all(&config).unwrap();
+    let primary = host.operator(&["agent", "open", "primary", "--json"])["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let started = host.operator(&["spawn", "--profile", "worker", "--label", "w", "--json"]);
+    assert_eq!(started["outcome"], "started", "{started}");
+    let worker = started["agent"].as_str().unwrap().to_owned();
+    host.operator(&["send", &worker, "bump the count", "--from", &primary]);
+    let work = host.top().join("work/worker");
+    let by = std::time::Instant::now() + Duration::from_secs(30);
+    let answer = loop {
+        let held = host.operator(&["inbox", "pull", "--agent", &primary, "--json"]);
+        let text = held.to_string();
+        if text.contains("task ") {
+            break text;
+        }
+        assert!(
+            std::time::Instant::now() < by,
+            "no answer within 30 s; the worker's pane:\n{}\ntask.log: {}",
+            host.tmux(&["capture-pane", "-p", "-t", "fleetd:"]),
+            std::fs::read_to_string(work.join("task.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(
+        answer.contains("task done"),
+        "{answer}\n{}",
+        std::fs::read_to_string(work.join("task.log")).unwrap_or_default()
+    );
+    assert_eq!(
+        std::fs::read_to_string(work.join("commits"))
+            .unwrap()
+            .trim(),
+        "2"
+    );
+    assert_eq!(
+        std::fs::read_to_string(work.join("clone/count.txt")).unwrap(),
+        "1\n2\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(config.join("last")).unwrap(),
+        "ok\n"
+    );
 }
