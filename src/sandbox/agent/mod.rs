@@ -253,9 +253,36 @@ impl Plan {
             mounts.push((usize::MAX, Mount::Write(socket)));
         }
         mounts.sort_by_key(|(depth, _)| *depth);
+        // A place already under an empty tmpfs (a home, /tmp) needs no mount of its own unless
+        // something bound back over that tmpfs (there or deeper) holds it: fewer mounts, a
+        // faster start.
+        let covers: Vec<&Path> = mounts
+            .iter()
+            .filter_map(|(_, m)| match m {
+                Mount::Hide(path) => Some(*path),
+                _ => None,
+            })
+            .chain([Path::new("/tmp"), Path::new("/dev/shm")])
+            .collect();
+        let bound: Vec<&Path> = mounts
+            .iter()
+            .filter_map(|(_, m)| match m {
+                Mount::Write(path) | Mount::Read(path) => Some(*path),
+                Mount::Hide(_) => None,
+            })
+            .collect();
+        let covered = |path: &Path| {
+            covers.iter().any(|cover| {
+                *cover != path
+                    && path.starts_with(cover)
+                    && !bound
+                        .iter()
+                        .any(|b| path.starts_with(b) && depth(b) >= depth(cover))
+            })
+        };
         let mut hidden_once = std::collections::BTreeSet::new();
         mounts.retain(|(_, mount)| match mount {
-            Mount::Hide(path) => hidden_once.insert(*path),
+            Mount::Hide(path) => !covered(path) && hidden_once.insert(*path),
             _ => true,
         });
         for (_, mount) in mounts {

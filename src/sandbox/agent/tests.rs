@@ -126,3 +126,28 @@ fn the_seccomp_program_is_whole_instructions_and_grows_with_the_socket_rules() {
     assert_eq!(closed.len() % 8, 0);
     assert!(closed.len() > open.len());
 }
+
+#[test]
+fn a_place_already_under_an_empty_tmpfs_gets_no_mount_of_its_own() {
+    let mut plan = plan();
+    plan.hidden = vec![
+        "/tmp/t/state".into(),
+        "/home/alice/work/.fleetd".into(),
+        "/var/lib/fleetd".into(),
+    ];
+    plan.writable = vec!["/home/alice/work".into()];
+    let args = words(&plan.bwrap_args(1000, None, &|_| Some(Kind::Dir)));
+    // Under the private /tmp, with nothing bound back around it: nothing to hide.
+    assert!(!args.iter().any(|a| a == "/tmp/t/state"), "{args:?}");
+    // Under a home, but inside a root bound back over it: hidden again.
+    position(&args, &["--tmpfs", "/home/alice/work/.fleetd"]);
+    position(&args, &["--tmpfs", "/var/lib/fleetd"]);
+    // A root of `/tmp` binds the host's /tmp back: the place in it is hidden again.
+    plan.writable = vec!["/tmp".into()];
+    let args = words(&plan.bwrap_args(1000, None, &|_| Some(Kind::Dir)));
+    assert!(
+        position(&args, &["--bind-try", "/tmp", "/tmp"])
+            < position(&args, &["--tmpfs", "/tmp/t/state"]),
+        "{args:?}"
+    );
+}
