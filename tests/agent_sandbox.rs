@@ -643,3 +643,45 @@ fn a_realistic_agent_workflow_works_inside_its_sandbox() {
         "ok\n"
     );
 }
+
+/// A sandbox that cannot be built fails the spawn with why and the fix, launching nothing that
+/// stays: here the profile's `~/…` path lands in fleetd's state directory once the agents'
+/// `HOME` points there — only the pane's init can see that, and it refuses.
+#[test]
+fn a_sandbox_that_cannot_be_built_fails_the_spawn_with_why_and_the_fix() {
+    let host = Solo::start(&["worker"], |work| {
+        format!(
+            "[profile.worker]\ndescription = \"Its home is fleetd's state.\"\n\
+             argv = [\"/bin/sh\", \"-c\", \"echo 'agent> ready'; exec sleep 600\"]\n\
+             roots = [\"{work}/worker\"]\nenv = {{ HOME = \"{state}\" }}\n\
+             [profile.worker.ready]\npattern = \"^agent> ready\"\ntimeout_secs = 20\n\
+             [profile.worker.sandbox]\nwritable = [\"~/.cache\"]\n\n\
+             [[grant]]\nid = \"local\"\ndescription = \"The operator.\"\nfleets = [\"local\"]\n\
+             profiles = [\"worker\"]\n",
+            work = work.display(),
+            state = work.parent().unwrap().join("state").display(),
+        )
+    });
+    let (ok, stdout, stderr) = common::fleetd_at(
+        &host.config,
+        host.top(),
+        &["spawn", "--profile", "worker", "--json"],
+    );
+    let failed: Value = serde_json::from_str(&stdout).unwrap_or(Value::Null);
+    assert!(!ok, "{stdout}{stderr}");
+    assert_eq!(failed["outcome"], "failed", "{stdout}{stderr}");
+    let reason = failed["reasons"].to_string();
+    assert!(
+        reason.contains("the agent's sandbox could not be built")
+            && reason.contains("which no sandbox may see")
+            && reason.contains("fleetd sandbox probe"),
+        "{reason}"
+    );
+    assert_eq!(
+        host.tmux(&["list-panes", "-a", "-F", "#{pane_id}"])
+            .lines()
+            .count(),
+        1,
+        "only the server's own pane is left"
+    );
+}

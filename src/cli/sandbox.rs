@@ -113,28 +113,22 @@ fn agents_line() -> String {
             crate::spawn::BWRAP.join(" or ")
         );
     };
+    // The sandbox an agent of a default profile gets, around /bin/true.
+    let plan = crate::sandbox::agent::Plan {
+        bwrap: bwrap.to_path_buf(),
+        network: crate::policy::Network::None,
+        tcp_connect: None,
+        cwd: "/".into(),
+        writable: Vec::new(),
+        readable: Vec::new(),
+        hidden: Vec::new(),
+        socket: None,
+        env: Vec::new(),
+    };
+    let uid = rustix::process::getuid().as_raw();
     let tried = std::process::Command::new(bwrap)
-        .args([
-            "--unshare-user",
-            "--unshare-pid",
-            "--unshare-ipc",
-            "--unshare-uts",
-            "--unshare-net",
-            "--die-with-parent",
-            "--cap-drop",
-            "ALL",
-            "--ro-bind",
-            "/",
-            "/",
-            "--dev",
-            "/dev",
-            "--proc",
-            "/proc",
-            "--tmpfs",
-            "/tmp",
-            "--",
-            "/bin/true",
-        ])
+        .args(plan.bwrap_args(uid, None, &crate::sandbox::agent::host_kind))
+        .args(["--", "/bin/true"])
         .env_clear()
         .stdin(std::process::Stdio::null())
         .output();

@@ -322,9 +322,25 @@ impl Spawner {
         };
         if let Err(error) = self.gate(&pane, profile) {
             let _ = self.mux.close(&pane);
-            return Outcome::Failed {
-                reason: error.to_string(),
+            // The sandbox could not be built (bwrap or the pane's init said why on screen):
+            // that, and the fix, rather than an agent that merely exited.
+            let reason = match (&error, launch.sandbox.is_some()) {
+                (
+                    GateError::Exited {
+                        last: Some(line), ..
+                    },
+                    true,
+                ) if line.starts_with("bwrap:") || line.starts_with("fleetd pane-init:") => {
+                    format!(
+                        "the agent's sandbox could not be built: {line} — bubblewrap needs \
+                         unprivileged user namespaces (on Ubuntu, an AppArmor profile for bwrap); \
+                         `fleetd sandbox probe` says what agents get on this host; or set \
+                         `mode = \"off\"` in the profile's [profile.P.sandbox] by name"
+                    )
+                }
+                _ => error.to_string(),
             };
+            return Outcome::Failed { reason };
         }
         // What it runs once ready is what it must keep running (a wrapper may have executed
         // the agent before).
