@@ -215,15 +215,13 @@ pub enum SecretCommand {
 /// `pane-init`: `-- ARGV` runs the agent under the init; `--sandbox PLAN -- ARGV` runs it in
 /// its sandbox (bubblewrap's init is then the agent's).
 fn pane_init(args: Vec<std::ffi::OsString>) -> ExitCode {
+    const USAGE: &str = "usage: pane-init [--sandbox PLAN] -- ARGV";
     let fail = |error: &dyn std::fmt::Display| {
-        Output::default().note(&format!(
-            "fleetd {}: {error}",
-            crate::pane::init::SUBCOMMAND
-        ));
+        Output::default().note(&crate::pane::init::failure(error));
         exit::code(127)
     };
     let Some(split) = args.iter().position(|a| a == "--") else {
-        return fail(&"usage: pane-init [--sandbox PLAN] -- ARGV");
+        return fail(&USAGE);
     };
     let (options, argv) = args.split_at(split);
     let argv = argv.get(1..).unwrap_or_default();
@@ -234,7 +232,7 @@ fn pane_init(args: Vec<std::ffi::OsString>) -> ExitCode {
             Err(error) => fail(&error),
         },
         [crate::pane::SANDBOX_OPTION, plan] => fail(&crate::sandbox::agent::enter(plan, argv)),
-        _ => fail(&"usage: pane-init [--sandbox PLAN] -- ARGV"),
+        _ => fail(&USAGE),
     }
 }
 

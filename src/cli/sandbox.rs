@@ -102,11 +102,7 @@ pub(super) fn run(command: &SandboxCommand, config_path: Option<&Path>, out: &Ou
 /// Whether this host can build an agent's sandbox: bubblewrap where fleetd looks for it, and
 /// able to make the namespaces every sandbox gets (as the user running the probe).
 fn agents_line() -> String {
-    let Some(bwrap) = crate::spawn::BWRAP
-        .iter()
-        .map(Path::new)
-        .find(|p| p.is_file())
-    else {
+    let Some(bwrap) = crate::spawn::find_bwrap() else {
         return format!(
             "agents: no sandbox: no bubblewrap at {} (install Debian's package `bubblewrap`); \
              spawns of sandboxed profiles are refused",
@@ -115,7 +111,7 @@ fn agents_line() -> String {
     };
     // The sandbox an agent of a default profile gets, around /bin/true.
     let plan = crate::sandbox::agent::Plan {
-        bwrap: bwrap.to_path_buf(),
+        bwrap: bwrap.clone(),
         network: crate::policy::Network::None,
         tcp_connect: None,
         cwd: "/".into(),
@@ -126,7 +122,7 @@ fn agents_line() -> String {
         env: Vec::new(),
     };
     let uid = rustix::process::getuid().as_raw();
-    let tried = std::process::Command::new(bwrap)
+    let tried = std::process::Command::new(&bwrap)
         .args(plan.bwrap_args(uid, None, &crate::sandbox::agent::host_kind))
         .args(["--", "/bin/true"])
         .env_clear()

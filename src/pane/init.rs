@@ -40,6 +40,19 @@ const GIVE_UP: Duration = Duration::from_secs(10);
 /// The subcommand the multiplexer runs: `FLEETD pane-init -- ARGV`.
 pub const SUBCOMMAND: &str = "pane-init";
 
+/// The line the init prints when it cannot run its agent (or enter its sandbox): on the pane's
+/// screen, where the readiness gate finds it.
+pub fn failure(error: &dyn std::fmt::Display) -> String {
+    format!("fleetd {SUBCOMMAND}: {error}")
+}
+
+/// Whether `line` is one [`failure`] printed.
+pub fn is_failure(line: &str) -> bool {
+    line.strip_prefix("fleetd ")
+        .and_then(|rest| rest.strip_prefix(SUBCOMMAND))
+        .is_some_and(|rest| rest.starts_with(':'))
+}
+
 /// Why the init could not run its agent.
 #[derive(Debug, thiserror::Error)]
 pub enum InitError {
@@ -183,4 +196,17 @@ fn children() -> Vec<Pid> {
         .into_iter()
         .filter_map(|pid| Pid::from_raw(i32::try_from(pid).ok()?))
         .collect()
+}
+
+#[cfg(test)]
+mod failure_tests {
+    use super::*;
+
+    #[test]
+    fn the_inits_failure_line_is_recognised_and_nothing_else_is() {
+        assert!(is_failure(&failure(&"no command to run")));
+        assert!(!is_failure("fleetd pane-initx: no"));
+        assert!(!is_failure("fleetd send: refused"));
+        assert!(!is_failure("agent> ready"));
+    }
 }

@@ -115,8 +115,16 @@ pub enum Outcome {
 /// Where bubblewrap is looked for (the distribution's; never a PATH lookup).
 pub const BWRAP: &[&str] = &["/usr/bin/bwrap", "/usr/local/bin/bwrap"];
 
+/// The first of [`BWRAP`] that is installed.
+pub fn find_bwrap() -> Option<std::path::PathBuf> {
+    BWRAP
+        .iter()
+        .map(std::path::PathBuf::from)
+        .find(|p| p.is_file())
+}
+
 /// What every agent's sandbox on this host hides and lets through (the daemon's config).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct HostPlaces {
     /// fleetd's own places (config, credentials, state, runtime, policy, the multiplexer's
     /// socket directory), on top of [`crate::policy::FLEETD_PLACES`].
@@ -152,9 +160,10 @@ pub enum SandboxError {
     NoInit,
     /// bubblewrap is not installed.
     #[error(
-        "the agent's sandbox needs bubblewrap, which is not at /usr/bin/bwrap or \
-         /usr/local/bin/bwrap: install it (Debian's package `bubblewrap`), or set \
-         `mode = \"off\"` in the profile's `[profile.P.sandbox]` by name"
+        "the agent's sandbox needs bubblewrap, which is not at {}: install it (Debian's \
+         package `bubblewrap`), or set `mode = \"off\"` in the profile's \
+         `[profile.P.sandbox]` by name",
+        BWRAP.join(" or ")
     )]
     NoBwrap,
     /// The plan would show one of fleetd's places.
@@ -330,7 +339,7 @@ impl Spawner {
                         last: Some(line), ..
                     },
                     true,
-                ) if line.starts_with("bwrap:") || line.starts_with("fleetd pane-init:") => {
+                ) if line.starts_with("bwrap:") || crate::pane::init::is_failure(line) => {
                     format!(
                         "the agent's sandbox could not be built: {line} — bubblewrap needs \
                          unprivileged user namespaces (on Ubuntu, an AppArmor profile for bwrap); \
@@ -377,11 +386,7 @@ impl Spawner {
             return Ok(None);
         };
         let init = self.init.clone().ok_or(SandboxError::NoInit)?;
-        let bwrap = BWRAP
-            .iter()
-            .map(std::path::PathBuf::from)
-            .find(|p| p.is_file())
-            .ok_or(SandboxError::NoBwrap)?;
+        let bwrap = find_bwrap().ok_or(SandboxError::NoBwrap)?;
         let roots = policy
             .profiles
             .get(&spec.profile)
@@ -390,19 +395,13 @@ impl Spawner {
         let mut readable = confinement.readable.clone();
         // The agent's program and fleetd's (its `fleetd send`), where the sandbox would hide
         // them (a home, /tmp), are shown read-only.
-        let hidden_by_default = |path: &std::path::Path| {
-            crate::sandbox::agent::ALWAYS_HIDDEN
-                .iter()
-                .chain(&["/tmp", "/dev/shm"])
-                .any(|place| path.starts_with(place))
-        };
         readable.extend(
             spec.argv
                 .first()
                 .map(std::path::PathBuf::from)
                 .into_iter()
                 .chain([init.clone()])
-                .filter(|p| hidden_by_default(p)),
+                .filter(|p| crate::sandbox::agent::hidden_by_default(p)),
         );
         let plan = Plan {
             bwrap,

@@ -46,6 +46,18 @@ pub const HOME_PREFIX: &str = "~/";
 /// Hidden in every sandbox: the users' homes and private runtime and temporary files.
 pub const ALWAYS_HIDDEN: &[&str] = &["/home", "/root", "/run/user", "/var/tmp"];
 
+/// Each sandbox's own, empty at start: the host's are not there.
+pub const PRIVATE: &[&str] = &["/tmp", "/dev/shm"];
+
+/// Whether `path` lies where no sandbox sees the host's files unless they are bound back (a
+/// home, its own /tmp).
+pub fn hidden_by_default(path: &Path) -> bool {
+    ALWAYS_HIDDEN
+        .iter()
+        .chain(PRIVATE)
+        .any(|place| path.starts_with(place))
+}
+
 /// The uid and gid a sandbox of root runs as: without capabilities, root inside a user
 /// namespace would still look privileged to programs that check the uid (a nested bubblewrap
 /// would not make its own user namespace and fail).
@@ -189,9 +201,17 @@ impl Plan {
         seccomp_fd: Option<i32>,
         kind: &dyn Fn(&Path) -> Option<Kind>,
     ) -> Vec<OsString> {
-        // tmux's default socket directories (`/tmp/tmux-UID`): hidden too, in case a root or
-        // writable path binds the host's /tmp back.
+        // tmux's default socket directories (`/tmp/tmux-UID`): hidden too when a root or a
+        // writable or readable path binds the host's /tmp back (else the sandbox's own /tmp is
+        // empty and there is nothing to look for).
+        let tmp_bound = self
+            .writable
+            .iter()
+            .chain(&self.readable)
+            .any(|p| Path::new("/tmp").starts_with(p));
         let tmux_dirs: Vec<PathBuf> = std::fs::read_dir("/tmp")
+            .ok()
+            .filter(|_| tmp_bound)
             .map(|entries| {
                 entries
                     .flatten()
@@ -227,11 +247,10 @@ impl Plan {
             "/dev",
             "--proc",
             "/proc",
-            "--tmpfs",
-            "/tmp",
-            "--tmpfs",
-            "/dev/shm",
         ]);
+        for private in PRIVATE {
+            push(&["--tmpfs", private]);
+        }
         // Deeper paths are mounted later, so that they win: a root under a hidden home is
         // bound back over the empty home; fleetd's places under a root stay hidden.
         let mut mounts: Vec<(usize, Mount<'_>)> = Vec::new();
@@ -262,7 +281,7 @@ impl Plan {
                 Mount::Hide(path) => Some(*path),
                 _ => None,
             })
-            .chain([Path::new("/tmp"), Path::new("/dev/shm")])
+            .chain(PRIVATE.iter().map(Path::new))
             .collect();
         let bound: Vec<&Path> = mounts
             .iter()
