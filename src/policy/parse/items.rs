@@ -67,6 +67,9 @@ impl Ctx<'_> {
                     format!("root `{root}` of `{what}` must be an absolute path without `..`"),
                 );
                 ok = false;
+            } else {
+                // Roots are writable in the agent's sandbox.
+                ok &= self.outside_fleetd_places(&path, span.clone(), &format!("root of `{what}`"));
             }
             if path == std::path::Path::new("/") {
                 self.push(
@@ -186,9 +189,6 @@ impl Ctx<'_> {
             None => Some(Sandbox::default()),
         };
         let sandbox = sandbox?;
-        for (root, span) in self.strings(table, "roots", &what).unwrap_or_default() {
-            ok &= self.sandbox_path(Path::new(&root), span, &format!("root of `{what}`"));
-        }
         ok.then(|| Profile {
             name: name.get_ref().to_string(),
             argv,
@@ -300,13 +300,11 @@ impl Ctx<'_> {
         })
     }
 
-    /// Whether `path` may be shown to a sandboxed agent: absolute, no `..`, not `/`, not in
-    /// one of fleetd's places.
+    /// Whether `path` may be shown to a sandboxed agent: absolute (or `~/…`), no `..`, not `/`,
+    /// not in one of fleetd's places.
     fn sandbox_path(&mut self, path: &Path, span: Range<usize>, what: &str) -> bool {
         // `~/…`: in the agents' home, resolved on the host when the agent starts.
-        if let Ok(rest) = path.strip_prefix("~/")
-            && !what.starts_with("root")
-        {
+        if let Ok(rest) = path.strip_prefix("~/") {
             let plain = !rest.as_os_str().is_empty()
                 && rest
                     .components()
@@ -328,20 +326,17 @@ impl Ctx<'_> {
                 .components()
                 .any(|c| matches!(c, std::path::Component::ParentDir))
         {
-            // Roots report their own form errors.
-            if !what.starts_with("root") {
-                self.error(
-                    "invalid-value",
-                    span,
-                    format!(
-                        "`{}` in {what} must be an absolute path without `..`",
-                        path.display()
-                    ),
-                );
-            }
+            self.error(
+                "invalid-value",
+                span,
+                format!(
+                    "`{}` in {what} must be an absolute path without `..`",
+                    path.display()
+                ),
+            );
             return false;
         }
-        if path == Path::new("/") && !what.starts_with("root") {
+        if path == Path::new("/") {
             let d = self
                 .diag(
                     Severity::Error,
@@ -353,22 +348,27 @@ impl Ctx<'_> {
             self.push(d);
             return false;
         }
-        if let Some(place) = names::fleetd_place(path) {
-            let d = self
-                .diag(
-                    Severity::Error,
-                    "sandbox-exposes",
-                    span,
-                    format!(
-                        "{what} names `{}`, inside `{place}`: no agent may see fleetd's config, credentials, state, runtime, policy or the multiplexers' sockets",
-                        path.display()
-                    ),
-                )
-                .with_help("give the agent its own directory outside fleetd's places");
-            self.push(d);
-            return false;
-        }
-        true
+        self.outside_fleetd_places(path, span, what)
+    }
+
+    /// Whether `path` (a root or a sandbox path) lies outside fleetd's places; an error if not.
+    fn outside_fleetd_places(&mut self, path: &Path, span: Range<usize>, what: &str) -> bool {
+        let Some(place) = names::fleetd_place(path) else {
+            return true;
+        };
+        let d = self
+            .diag(
+                Severity::Error,
+                "sandbox-exposes",
+                span,
+                format!(
+                    "{what} names `{}`, inside `{place}`: no agent may see fleetd's config, credentials, state, runtime, policy or the multiplexers' sockets",
+                    path.display()
+                ),
+            )
+            .with_help("give the agent its own directory outside fleetd's places");
+        self.push(d);
+        false
     }
 
     fn readiness(&mut self, value: &Value<'_>, what: &str) -> Option<Readiness> {
