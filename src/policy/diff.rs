@@ -916,18 +916,8 @@ fn compare_profiles(before: &Profile, after: &Profile, holders: &[String], out: 
             format!("argv {:?} → {:?}", before.argv, after.argv),
         );
     }
-    let added: Vec<String> = after
-        .roots
-        .iter()
-        .filter(|r| !before.roots.contains(r))
-        .map(|r| r.display().to_string())
-        .collect();
-    let removed: Vec<String> = before
-        .roots
-        .iter()
-        .filter(|r| !after.roots.contains(r))
-        .map(|r| r.display().to_string())
-        .collect();
+    let added = missing_from(&after.roots, &before.roots);
+    let removed = missing_from(&before.roots, &after.roots);
     let first_root_moved = before.roots.first() != after.roots.first();
     match (added.is_empty(), removed.is_empty()) {
         (true, true) if !first_root_moved => {}
@@ -1087,6 +1077,15 @@ fn compare_profiles(before: &Profile, after: &Profile, holders: &[String], out: 
     }
 }
 
+/// The paths of `these` that `those` lacks, for people.
+fn missing_from(these: &[std::path::PathBuf], those: &[std::path::PathBuf]) -> Vec<String> {
+    these
+        .iter()
+        .filter(|p| !those.contains(p))
+        .map(|p| p.display().to_string())
+        .collect()
+}
+
 /// Each way the sandbox moved, widenings first.
 fn sandbox_changes(before: &Sandbox, after: &Sandbox) -> Vec<(Direction, String)> {
     let (before, after) = match (before, after) {
@@ -1131,11 +1130,13 @@ fn sandbox_changes(before: &Sandbox, after: &Sandbox) -> Vec<(Direction, String)
             (Some(a), Some(b)) => {
                 let more = b.iter().any(|p| !a.contains(p));
                 let less = a.iter().any(|p| !b.contains(p));
-                Some(match (more, less) {
-                    (true, true) => Direction::Changed,
-                    (true, false) => Direction::Widened,
-                    _ => Direction::Narrowed,
-                })
+                match (more, less) {
+                    (true, true) => Some(Direction::Changed),
+                    (true, false) => Some(Direction::Widened),
+                    (false, true) => Some(Direction::Narrowed),
+                    // The same ports in another order.
+                    (false, false) => None,
+                }
             }
             (None, None) => None,
         };
@@ -1154,16 +1155,8 @@ fn sandbox_changes(before: &Sandbox, after: &Sandbox) -> Vec<(Direction, String)
         ("writable paths", &before.writable, &after.writable),
         ("hidden paths exposed", &before.readable, &after.readable),
     ] {
-        let added: Vec<String> = b
-            .iter()
-            .filter(|p| !a.contains(p))
-            .map(|p| p.display().to_string())
-            .collect();
-        let removed: Vec<String> = a
-            .iter()
-            .filter(|p| !b.contains(p))
-            .map(|p| p.display().to_string())
-            .collect();
+        let added = missing_from(b, a);
+        let removed = missing_from(a, b);
         if !added.is_empty() {
             out.push((
                 Direction::Widened,

@@ -554,4 +554,8 @@ fn every_widening_of_a_sandbox_is_reported_as_widening() {
         ["narrowed sandbox turned on: its agents now start confined"]
     );
     assert!(!diff_of(&[&host], &[&default]).widens());
+    // The same ports in another order change nothing.
+    let two = profile("[profile.w.sandbox]\nnetwork = \"host\"\ntcp_connect = [443, 22]\n");
+    let swapped = profile("[profile.w.sandbox]\nnetwork = \"host\"\ntcp_connect = [22, 443]\n");
+    assert_eq!(found(&two, &swapped), Vec::<String>::new());
 }
