@@ -67,7 +67,7 @@ secrets = {{ API_TOKEN = "credential:reviewer-token" }}
 max_instances = 1
 [profile.reviewer.ready]
 timeout_secs = 30
-# herdr starts its agents itself, outside any sandbox fleetd can build.
+# herdr starts it as its own agent (agent.start) only unsandboxed.
 [profile.reviewer.sandbox]
 mode = "off"
 

@@ -217,7 +217,8 @@ mod herdr {
         herdr.close(&pane).unwrap();
     }
 
-    /// A policy with a scripted agent (ready by its pattern), an agent herdr starts (ready by herdr)
+    /// A policy with a scripted agent (ready by its pattern), an agent herdr starts (ready by
+    /// herdr; unsandboxed), the same agent sandboxed (a command to herdr, ready by its pattern)
     /// and a command that exits with status 3 before it is ready.
     fn policy(dir: &Path, claude: &str) -> fleetd::policy::PolicySet {
         let policy_dir = dir.join("policy");
@@ -241,9 +242,18 @@ mod herdr {
     max_instances = 2
     [profile.claude.ready]
     timeout_secs = 30
-    # herdr starts its agents itself, outside any sandbox fleetd can build.
+    # herdr starts it as its own agent (agent.start) only unsandboxed.
     [profile.claude.sandbox]
     mode = "off"
+
+    [profile.boxed-claude]
+    description = "The agent herdr knows, in its sandbox: fleetd runs it as a command."
+    argv = ["{claude}"]
+    roots = ["{root}"]
+    max_instances = 1
+    [profile.boxed-claude.ready]
+    pattern = "^fake claude at"
+    timeout_secs = 30
 
     [profile.crashing]
     description = "Exits with status 3 before it is ready."
@@ -259,7 +269,7 @@ mod herdr {
     description = "test"
     fleets = ["f"]
     hosts = ["h"]
-    profiles = ["scripted", "claude", "crashing"]
+    profiles = ["scripted", "claude", "boxed-claude", "crashing"]
     "#,
                 root = dir.display()
             ),
@@ -311,8 +321,45 @@ mod herdr {
             herdr.ready(&scripted).is_none(),
             "a script is not herdr's agent"
         );
+        // The agent herdr knows, sandboxed: run as a command in its sandbox, not by herdr.
+        let boxed = match spawn(&spawner, &policy, "boxed-claude") {
+            fleetd::spawn::Outcome::Started {
+                pane,
+                process: Some(process),
+                ..
+            } => {
+                // The fake claude, found below the pane's process: in a PID namespace of its own.
+                let claude = eventually("the agent's process", Duration::from_secs(10), || {
+                    let mut below = vec![process.pid()];
+                    while let Some(pid) = below.pop() {
+                        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"));
+                        if comm.is_ok_and(|c| c.trim() == "claude") {
+                            return Some(pid);
+                        }
+                        below.extend(fleetd::pane::process::children(pid));
+                    }
+                    None
+                });
+                let status = std::fs::read_to_string(format!("/proc/{claude}/status")).unwrap();
+                let nspid = status
+                    .lines()
+                    .find_map(|l| l.strip_prefix("NSpid:"))
+                    .unwrap();
+                assert_eq!(
+                    nspid.split_whitespace().count(),
+                    2,
+                    "the sandboxed agent is in a PID namespace of its own: {nspid}"
+                );
+                pane
+            }
+            other => panic!("the sandboxed herdr agent did not start: {other:?}"),
+        };
+        assert!(
+            herdr.ready(&boxed).is_none(),
+            "a sandboxed agent is not herdr's: herdr would start it outside the sandbox"
+        );
 
-        for pane in [&scripted, &agent] {
+        for pane in [&scripted, &agent, &boxed] {
             herdr
                 .send_text(pane, "hello \u{1b}[201~\u{1b}[31mthere\0")
                 .unwrap();

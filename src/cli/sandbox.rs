@@ -109,6 +109,10 @@ fn agents_line() -> String {
             crate::spawn::BWRAP.join(" or ")
         );
     };
+    let sys = std::path::Path::new(crate::sandbox::agent::PROC_SYS);
+    if let Some(off) = crate::sandbox::agent::userns_off(sys, &bwrap) {
+        return format!("agents: no sandbox: {off}; spawns of sandboxed profiles are refused");
+    }
     // The sandbox an agent of a default profile gets, around /bin/true.
     let plan = crate::sandbox::agent::Plan {
         bwrap: bwrap.clone(),

@@ -427,16 +427,11 @@ impl Multiplexer for Herdr {
             .cwd
             .to_str()
             .ok_or_else(|| PaneError::Refused("the working directory is not UTF-8".to_owned()))?;
-        let kind = agent_kind(program);
-        if kind.is_some() && launch.sandbox.is_some() {
-            return Err(PaneError::Refused(
-                "not yet supported: a sandboxed agent that herdr starts itself (herdr's \
-                 `agent.start` runs it from the pane's shell, outside any sandbox fleetd can \
-                 build); run the profile under tmux, or set `mode = \"off\"` in its \
-                 `[profile.P.sandbox]` by name"
-                    .to_owned(),
-            ));
-        }
+        // herdr's `agent.start` runs an agent it knows from the pane's shell, outside any
+        // sandbox fleetd can build: a sandboxed one runs as a command instead, behind fleetd's
+        // init and in its sandbox. herdr then does not know it as its agent: the profile's ready
+        // pattern decides when it is ready, as under tmux, and text goes in as typed input.
+        let kind = agent_kind(program).filter(|_| launch.sandbox.is_none());
         let mut env = launch.env.clone();
         match kind {
             Some(_) => {
@@ -453,7 +448,7 @@ impl Multiplexer for Herdr {
                     env.insert("PATH".to_owned(), format!("{dir}:{rest}"));
                 }
             }
-            // A command (not an agent herdr starts itself) runs behind fleetd's init.
+            // A command (or a sandboxed agent) runs behind fleetd's init.
             None => {
                 env.insert("FLEETD_RUN".to_owned(), run_script(&launch.command()?)?);
             }

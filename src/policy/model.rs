@@ -64,7 +64,8 @@ impl fmt::Display for SecretRef {
 /// How a launched agent is known to be ready.
 #[derive(Clone, Debug)]
 pub struct Readiness {
-    /// A pattern on pane output; for an agent herdr starts, herdr reports readiness itself.
+    /// A pattern on pane output; for an agent herdr starts (unsandboxed only), herdr reports
+    /// readiness itself.
     pub pattern: Option<Regex>,
     /// The agent's input line (the last line on screen matching it): a typed message counts as
     /// delivered once its text has left that line, i.e. the agent took it as its turn. Without

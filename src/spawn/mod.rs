@@ -166,6 +166,13 @@ pub enum SandboxError {
         BWRAP.join(" or ")
     )]
     NoBwrap,
+    /// The kernel allows bubblewrap no user namespace.
+    #[cfg(target_os = "linux")]
+    #[error(
+        "the agent's sandbox cannot be built: {0}; or set `mode = \"off\"` in the profile's \
+         `[profile.P.sandbox]` by name"
+    )]
+    NoUserNamespaces(#[source] crate::sandbox::agent::UsernsOff),
     /// The plan would show one of fleetd's places.
     #[cfg(target_os = "linux")]
     #[error("the agent's sandbox cannot be built: {0}")]
@@ -387,6 +394,12 @@ impl Spawner {
         };
         let init = self.init.clone().ok_or(SandboxError::NoInit)?;
         let bwrap = find_bwrap().ok_or(SandboxError::NoBwrap)?;
+        if let Some(off) = crate::sandbox::agent::userns_off(
+            std::path::Path::new(crate::sandbox::agent::PROC_SYS),
+            &bwrap,
+        ) {
+            return Err(SandboxError::NoUserNamespaces(off));
+        }
         let roots = policy
             .profiles
             .get(&spec.profile)

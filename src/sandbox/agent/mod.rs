@@ -58,6 +58,53 @@ pub fn hidden_by_default(path: &Path) -> bool {
         .any(|place| path.starts_with(place))
 }
 
+/// Where the kernel's settings are read (`sysctl`'s tree).
+pub const PROC_SYS: &str = "/proc/sys";
+
+/// A kernel that says outright that bubblewrap, run as the agents' user, can make no user
+/// namespace — so no sandbox (read before launch: the spawn is refused, nothing started).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum UsernsOff {
+    /// `user.max_user_namespaces` is 0: nobody may make one.
+    #[error(
+        "this kernel allows no user namespace (`user.max_user_namespaces` is 0): set it above 0 \
+         (`sysctl -w user.max_user_namespaces=15000`, and in /etc/sysctl.d/)"
+    )]
+    NoneAllowed,
+    /// `kernel.unprivileged_userns_clone` is 0 (Debian's switch) and bubblewrap is not setuid.
+    #[error(
+        "this kernel allows no unprivileged user namespace (`kernel.unprivileged_userns_clone` \
+         is 0): set it to 1 (`sysctl -w kernel.unprivileged_userns_clone=1`, and in \
+         /etc/sysctl.d/)"
+    )]
+    UnprivilegedOff,
+}
+
+/// Whether the kernel settings under `sys` (normally [`PROC_SYS`]) deny the user namespace every
+/// sandbox starts with, for `bwrap`. Only what they say outright counts: a setting that is
+/// absent or unreadable decides nothing, and Ubuntu's AppArmor restriction
+/// (`kernel.apparmor_restrict_unprivileged_userns`) depends on the profile loaded for bwrap,
+/// which fleetd cannot read — such a host fails at launch, with bwrap's line and the fix.
+pub fn userns_off(sys: &Path, bwrap: &Path) -> Option<UsernsOff> {
+    let setting = |name: &str| -> Option<u64> {
+        std::fs::read_to_string(sys.join(name))
+            .ok()
+            .and_then(|value| value.trim().parse().ok())
+    };
+    if setting("user/max_user_namespaces") == Some(0) {
+        return Some(UsernsOff::NoneAllowed);
+    }
+    // A setuid bubblewrap makes its namespaces with its privilege, whatever this switch says.
+    let setuid = std::fs::metadata(bwrap).is_ok_and(|m| {
+        use std::os::unix::fs::PermissionsExt;
+        m.permissions().mode() & 0o4000 != 0
+    });
+    if !setuid && setting("kernel/unprivileged_userns_clone") == Some(0) {
+        return Some(UsernsOff::UnprivilegedOff);
+    }
+    None
+}
+
 /// The uid and gid a sandbox of root runs as: without capabilities, root inside a user
 /// namespace would still look privileged to programs that check the uid (a nested bubblewrap
 /// would not make its own user namespace and fail).

@@ -151,3 +151,65 @@ fn a_place_already_under_an_empty_tmpfs_gets_no_mount_of_its_own() {
         "{args:?}"
     );
 }
+
+/// The kernel's settings, as files in a directory laid out like `/proc/sys`: a test double for
+/// a kernel that denies user namespaces — this machine's cannot be switched off without
+/// breaking every other test running beside this one.
+fn sysctl(settings: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, value) in settings {
+        let path = dir.path().join(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, value).unwrap();
+    }
+    dir
+}
+
+#[test]
+fn a_kernel_that_denies_user_namespaces_outright_is_named_with_the_fix() {
+    use std::os::unix::fs::PermissionsExt;
+    let bin = tempfile::tempdir().unwrap();
+    let plain = bin.path().join("bwrap");
+    std::fs::write(&plain, "").unwrap();
+    let setuid = bin.path().join("bwrap-setuid");
+    std::fs::write(&setuid, "").unwrap();
+    std::fs::set_permissions(&setuid, std::fs::Permissions::from_mode(0o4755)).unwrap();
+
+    let none = sysctl(&[("user/max_user_namespaces", "0\n")]);
+    let off = userns_off(none.path(), &setuid).unwrap();
+    assert_eq!(off, UsernsOff::NoneAllowed);
+    assert!(
+        off.to_string()
+            .contains("sysctl -w user.max_user_namespaces="),
+        "{off}"
+    );
+
+    let debian = sysctl(&[
+        ("user/max_user_namespaces", "63000\n"),
+        ("kernel/unprivileged_userns_clone", "0\n"),
+    ]);
+    let off = userns_off(debian.path(), &plain).unwrap();
+    assert_eq!(off, UsernsOff::UnprivilegedOff);
+    assert!(
+        off.to_string().contains("unprivileged_userns_clone=1"),
+        "{off}"
+    );
+    // A setuid bubblewrap does not need unprivileged ones.
+    assert_eq!(userns_off(debian.path(), &setuid), None);
+
+    // Allowed, absent or unreadable: nothing said outright, nothing refused before launch.
+    let open = sysctl(&[
+        ("user/max_user_namespaces", "63000\n"),
+        ("kernel/unprivileged_userns_clone", "1\n"),
+        ("kernel/apparmor_restrict_unprivileged_userns", "1\n"),
+    ]);
+    assert_eq!(userns_off(open.path(), &plain), None);
+    assert_eq!(userns_off(&bin.path().join("nothing"), &plain), None);
+    let garbage = sysctl(&[("user/max_user_namespaces", "lots")]);
+    assert_eq!(userns_off(garbage.path(), &plain), None);
+    // This machine's own settings allow them (the sandbox tests run here).
+    assert_eq!(
+        userns_off(Path::new(PROC_SYS), Path::new("/usr/bin/bwrap")),
+        None
+    );
+}
