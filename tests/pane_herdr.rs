@@ -389,6 +389,70 @@ mod herdr {
         }
     }
 
+    /// What a sandboxed agent tries against the live herdr server it runs under.
+    const PROBER: &str = r#"
+import errno, socket, sys
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.connect(sys.argv[1])
+    print("herdr socket: connected")
+except OSError as e:
+    print("herdr socket:", errno.errorcode.get(e.errno, e.errno))
+print("prober> ready", flush=True)
+sys.stdin.read()
+"#;
+
+    #[test]
+    fn a_sandboxed_agent_cannot_reach_the_herdr_server_it_runs_under() {
+        let server = HerdrServer::start();
+        let dir = tempfile::tempdir().unwrap();
+        let socket = server.socket();
+        // The socket is there and answers from outside the sandbox.
+        std::os::unix::net::UnixStream::connect(&socket).unwrap();
+        let policy_dir = dir.path().join("policy");
+        std::fs::create_dir_all(&policy_dir).unwrap();
+        std::fs::write(
+            policy_dir.join("p.toml"),
+            format!(
+                r#"[profile.prober]
+    description = "Tries herdr's socket from its sandbox."
+    argv = ["/usr/bin/python3", "-I", "-c", '''{PROBER}''', "{socket}"]
+    roots = ["{root}"]
+    max_instances = 1
+    [profile.prober.ready]
+    pattern = "^prober> ready"
+    timeout_secs = 15
+
+    [[grant]]
+    id = "g"
+    description = "test"
+    fleets = ["f"]
+    hosts = ["h"]
+    profiles = ["prober"]
+    "#,
+                socket = socket.display(),
+                root = dir.path().display()
+            ),
+        )
+        .unwrap();
+        let (policy, diagnostics) = fleetd::policy::load_dir(&policy_dir);
+        let policy = policy.unwrap_or_else(|_| panic!("{diagnostics:?}"));
+        let herdr = Arc::new(Herdr::open(&socket).unwrap());
+        // As the daemon does: herdr's socket directory among the places every sandbox hides.
+        let places =
+            fleetd::spawn::HostPlaces::new(vec![socket.parent().unwrap().to_path_buf()], None);
+        let spawner = fleetd::spawn::Spawner::new(Arc::clone(&herdr) as Arc<dyn Multiplexer>)
+            .with_init(env!("CARGO_BIN_EXE_fleetd").into())
+            .with_places(places);
+        let pane = started(spawn(&spawner, &policy, "prober"));
+        let shown = herdr.read(&pane, 30).unwrap();
+        assert!(
+            shown.contains("herdr socket: ENOENT"),
+            "the herdr socket is absent inside the sandbox: {shown}"
+        );
+        herdr.close(&pane).unwrap();
+    }
+
     #[test]
     fn deaths_are_noticed_with_their_status_and_later_panes_still_report_theirs() {
         let server = HerdrServer::start();
