@@ -8,7 +8,8 @@
 //! - the tmux server's socket and a socket in the agents' home (where herdr keeps its own): not
 //!   there (`ENOENT`); `tmux send-keys` into the sibling fails and the sibling shows nothing;
 //! - fleetd's host key, broker credential, state database, audit log and config: not there;
-//! - the kernel keyring (`keyctl`), `TIOCSTI` into its own terminal: `EPERM` (seccomp);
+//! - the kernel keyring (`keyctl`, also by its x32 number), io_uring, `TIOCSTI` into its own
+//!   terminal: `EPERM` (seccomp);
 //! - a write outside its root: `EROFS`, and nothing written on the host;
 //! - a TCP socket with `network = "none"`: `EPERM`;
 //! - its environment: the profile's and fleetd's variables, no `TMUX`/`TMUX_PANE`; fleetd's API
@@ -69,6 +70,8 @@ r["tmux_send_keys"] = [send.returncode, send.stderr.decode(errors="replace")]
 for name, path in t["files"].items():
     r["read " + name] = err(lambda: open(path, "rb").read())
 r["keyctl"] = call(250, 0, -4, 0)
+r["keyctl_x32"] = call(0x40000000 + 250, 0, -4, 0)
+r["io_uring"] = call(425, 8, 0)
 r["write_outside"] = err(lambda: open(os.path.join(t["outside"], "written"), "w").write("x"))
 r["write_etc"] = err(lambda: open("/etc/fleetd-probe", "w").write("x"))
 r["tiocsti"] = err(lambda: fcntl.ioctl(0, termios.TIOCSTI, b"x"))
@@ -259,6 +262,10 @@ fn attack(scene: &Scene<'_>) {
 
     // Seccomp: the keyring, typing into its terminal, and (network none) IP sockets.
     assert_eq!(at("keyctl"), "EPERM", "{result}");
+    // The same call by its x32 number (unfiltered: ENOSYS where the kernel has no x32, a
+    // keyring where it has), and io_uring (unfiltered: EFAULT for this null argument).
+    assert_eq!(at("keyctl_x32"), "EPERM", "{result}");
+    assert_eq!(at("io_uring"), "EPERM", "{result}");
     assert_eq!(at("tiocsti"), "EPERM", "{result}");
     assert_eq!(at("tcp"), "EPERM", "{result}");
     assert_eq!(at("tcp6"), "EPERM", "{result}");

@@ -22,8 +22,9 @@
 //!
 //! The seccomp filter (applied by bwrap just before it executes the agent, inherited by every
 //! process inside) refuses `TIOCSTI` and `TIOCLINUX` (typing into the terminal), the kernel
-//! keyring calls (`keyctl`, `add_key`, `request_key`) and, for `network = "none"`, IPv4 and
-//! IPv6 sockets — each with `EPERM`, so a refused call fails visibly.
+//! keyring calls (`keyctl`, `add_key`, `request_key`), io_uring, every x32-ABI call and, for
+//! `network = "none"`, IPv4 and IPv6 sockets — each with `EPERM`, so a refused call fails
+//! visibly.
 //!
 //! Imports: `policy` (the network a profile names), `pane` (the init's option); nothing that
 //! needs a config (the pane's init runs it before any exists).
@@ -430,7 +431,17 @@ pub fn seccomp_program(network: Network) -> Result<Vec<u8>, EnterError> {
             SeccompRule::new(vec![equal(1, libc::TIOCLINUX)?]).map_err(error)?,
         ],
     );
-    for call in [libc::SYS_keyctl, libc::SYS_add_key, libc::SYS_request_key] {
+    // The kernel keyrings; io_uring (a second way to make sockets and open files, and a large
+    // kernel surface: Docker's default profile refuses it too — programs fall back to plain
+    // calls).
+    for call in [
+        libc::SYS_keyctl,
+        libc::SYS_add_key,
+        libc::SYS_request_key,
+        libc::SYS_io_uring_setup,
+        libc::SYS_io_uring_enter,
+        libc::SYS_io_uring_register,
+    ] {
         refused.insert(call, Vec::new());
     }
     if network == Network::None {
@@ -452,17 +463,44 @@ pub fn seccomp_program(network: Network) -> Result<Vec<u8>, EnterError> {
     )
     .map_err(error)?;
     let program: BpfProgram = filter.try_into().map_err(error)?;
-    Ok(program
+    let mut bytes = x32_guard();
+    bytes.extend(
+        program
+            .iter()
+            .flat_map(|f| instruction(f.code, f.jt, f.jf, f.k)),
+    );
+    Ok(bytes)
+}
+
+/// One classic BPF instruction as the kernel reads it (`struct sock_filter`).
+fn instruction(code: u16, jt: u8, jf: u8, k: u32) -> [u8; 8] {
+    let [c0, c1] = code.to_ne_bytes();
+    let [k0, k1, k2, k3] = k.to_ne_bytes();
+    [c0, c1, jt, jf, k0, k1, k2, k3]
+}
+
+/// On x86-64, the x32 ABI's calls share the architecture and carry bit 30 in their number:
+/// a filter that names calls by number would let x32's `keyctl` through where the kernel has
+/// x32. Instructions put before the filter refuse every such call (`EPERM`); they only read
+/// the number, which sits at the same offset for every architecture, so the filter's own
+/// architecture check still follows for everything else.
+fn x32_guard() -> Vec<u8> {
+    if !cfg!(target_arch = "x86_64") {
+        return Vec::new();
+    }
+    const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+    const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
+    let eperm = u32::try_from(libc::EPERM).unwrap_or(1);
+    // (code, jt, jf, k): load the number; if ≥ the x32 bit go on, else skip the return; return.
+    let guard: [(u16, u8, u8, u32); 3] = [
+        (0x20, 0, 0, 0),                         // BPF_LD | BPF_W | BPF_ABS, seccomp_data.nr
+        (0x35, 0, 1, X32_SYSCALL_BIT),           // BPF_JMP | BPF_JGE | BPF_K
+        (0x06, 0, 0, SECCOMP_RET_ERRNO | eperm), // BPF_RET | BPF_K
+    ];
+    guard
         .iter()
-        .flat_map(|f| {
-            let mut bytes = Vec::with_capacity(8);
-            bytes.extend_from_slice(&f.code.to_ne_bytes());
-            bytes.push(f.jt);
-            bytes.push(f.jf);
-            bytes.extend_from_slice(&f.k.to_ne_bytes());
-            bytes
-        })
-        .collect())
+        .flat_map(|(code, jt, jf, k)| instruction(*code, *jt, *jf, *k))
+        .collect()
 }
 
 /// The pane's init for a sandboxed agent: checks the plan, keeps only its environment, applies
