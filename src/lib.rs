@@ -25,6 +25,7 @@ pub mod broker;
 pub mod cli;
 pub mod config;
 pub mod daemon;
+pub mod mailbox;
 pub mod pane;
 pub mod policy;
 pub mod roster;

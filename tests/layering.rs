@@ -31,18 +31,20 @@ fn leaf_modules_import_nothing_from_the_rest_of_the_crate() {
 }
 
 #[test]
-fn the_agent_registry_imports_only_the_state_store() {
-    let files = rust_files(Path::new("src/agent"));
-    assert!(!files.is_empty(), "src/agent exists");
-    for path in files {
-        let text = fs::read_to_string(&path).unwrap();
-        for (at, _) in text.match_indices("crate::") {
-            let rest = text.get(at..).unwrap_or_default();
-            assert!(
-                rest.starts_with("crate::state"),
-                "{path:?} imports {}",
-                rest.lines().next().unwrap_or_default()
-            );
+fn the_agent_registry_and_the_mailbox_import_only_the_state_store() {
+    for module in ["agent", "mailbox"] {
+        let files = rust_files(&Path::new("src").join(module));
+        assert!(!files.is_empty(), "src/{module} exists");
+        for path in files {
+            let text = fs::read_to_string(&path).unwrap();
+            for (at, _) in text.match_indices("crate::") {
+                let rest = text.get(at..).unwrap_or_default();
+                assert!(
+                    rest.starts_with("crate::state"),
+                    "{path:?} imports {}",
+                    rest.lines().next().unwrap_or_default()
+                );
+            }
         }
     }
 }

@@ -465,3 +465,104 @@ fn one_host_without_a_broker_spawns_sends_and_the_worker_answers_as_itself() {
     assert!(ok, "{text}");
     drop(log);
 }
+
+/// The held messages' texts in a pull's reply, oldest first.
+fn texts(pulled: &Value) -> Vec<String> {
+    pulled["messages"]
+        .as_array()
+        .unwrap_or_else(|| panic!("not a pull reply: {pulled}"))
+        .iter()
+        .map(|m| m["body"]["text"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+#[test]
+fn a_mailbox_nobody_pulls_is_in_no_agents_way_and_a_waiting_pull_answers_when_a_message_arrives() {
+    let home = Home::new();
+    let mut tmux = Command::new("tmux");
+    tmux.args([
+        "-L",
+        "fleetd",
+        "new-session",
+        "-d",
+        "-s",
+        "keep",
+        "sleep 600",
+    ]);
+    assert!(home.env(tmux).status().unwrap().success(), "tmux server");
+    let mut run = Command::new(BIN);
+    run.arg("run");
+    let (daemon, log) = spawn_logged(home.env(run));
+    let mut seen = String::new();
+    wait_for(&log, &mut seen, &["fleetd ready"], Duration::from_secs(20));
+    let open = |name: &str| {
+        home.json(&["agent", "open", name])["id"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let (primary, hoard, waiter) = (open("primary"), open("hoard"), open("waiter"));
+
+    // 1,000 messages held for a mailbox nobody pulls.
+    let socket = home.socket();
+    for i in 0..1000 {
+        let sent = raw_request(
+            &socket,
+            &json!({"op": "send", "to": hoard, "text": format!("hoarded {i}")}),
+        );
+        assert!(sent["id"].is_string(), "{sent}");
+    }
+
+    // A pane agent's messages are typed all the same, in order: its answers arrive in order.
+    let started = home.json(&["spawn", "--profile", "echo", "--label", "e1"]);
+    assert_eq!(started["outcome"], "started", "{started}");
+    let worker = started["agent"].as_str().unwrap().to_owned();
+    for text in ["first", "second", "third"] {
+        let (ok, sent) = home.fleetd(&["send", &worker, text, "--from", &primary]);
+        assert!(ok, "{sent}");
+    }
+    let mut answers = Vec::new();
+    while answers.len() < 3 {
+        // Waits in the daemon until an answer is held (at most 20 s each).
+        let pulled = home.json(&["inbox", "pull", "--agent", &primary, "--wait", "20"]);
+        let got = texts(&pulled);
+        assert!(!got.is_empty(), "no answer within 20 s; so far {answers:?}");
+        for message in pulled["messages"].as_array().unwrap() {
+            let (ok, acked) = home.fleetd(&["inbox", "ack", message["id"].as_str().unwrap()]);
+            assert!(ok, "{acked}");
+        }
+        answers.extend(got);
+    }
+    assert_eq!(answers, ["echo: first", "echo: second", "echo: third"]);
+    let hoarded = home.json(&["inbox", "pull", "--agent", &hoard, "--limit", "100"]);
+    assert_eq!(texts(&hoarded).len(), 100, "the hoard is still held");
+    assert_eq!(texts(&hoarded)[0], "hoarded 0", "oldest first");
+
+    // A pull that waits on an empty mailbox answers with the message that arrives meanwhile
+    // (a pull that did not wait, or was not woken, would answer empty).
+    let pull = {
+        let socket = socket.clone();
+        let waiter = waiter.clone();
+        std::thread::spawn(move || {
+            raw_request(
+                &socket,
+                &json!({"op": "held.pull", "agent": waiter, "wait_ms": 20_000}),
+            )
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!pull.is_finished(), "an empty pull with a wait waits");
+    let (ok, sent) = home.fleetd(&["send", &waiter, "wake up", "--from", &primary]);
+    assert!(ok, "{sent}");
+    let pulled = pull.join().unwrap();
+    assert_eq!(texts(&pulled), ["wake up"], "{pulled}");
+    // Without a wait, an empty mailbox answers at once.
+    let (ok, _) = home.fleetd(&[
+        "inbox",
+        "ack",
+        pulled["messages"][0]["id"].as_str().unwrap(),
+    ]);
+    assert!(ok);
+    assert!(texts(&home.json(&["inbox", "pull", "--agent", &waiter])).is_empty());
+    terminate(&daemon);
+}

@@ -3,7 +3,7 @@
 //! and pulls what is held for it. Every tool result passes through the scrubber before it
 //! reaches the primary.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::{Json, Parameters};
@@ -278,23 +278,15 @@ impl PrimaryTools {
                 MAX_WAIT.as_secs()
             ));
         }
-        let deadline = Instant::now() + wait;
-        loop {
-            let reply = self
-                .request(Request::HeldPull {
-                    limit,
-                    agent: Some(self.agent),
-                })
-                .await?;
-            let empty = reply
-                .get("messages")
-                .and_then(Value::as_array)
-                .is_none_or(Vec::is_empty);
-            if !empty || Instant::now() >= deadline {
-                return self.typed(reply);
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
+        // The daemon waits: the answer comes as soon as a message is held.
+        let reply = self
+            .request(Request::HeldPull {
+                limit,
+                agent: Some(self.agent),
+                wait_ms: Some(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX)),
+            })
+            .await?;
+        self.typed(reply)
     }
 
     /// Acknowledge a held message: it is not offered again, and its sender learns it.

@@ -275,13 +275,18 @@ pub fn scope(caller: Caller, request: Request) -> Result<Request, String> {
                 from: Some(me),
             }),
         },
-        Request::HeldPull { limit, agent } => match agent {
+        Request::HeldPull {
+            limit,
+            agent,
+            wait_ms,
+        } => match agent {
             Some(agent) if agent != me => Err(format!(
                 "an agent pulls only its own held messages, not {agent}'s"
             )),
             _ => Ok(Request::HeldPull {
                 limit,
                 agent: Some(me),
+                wait_ms,
             }),
         },
         Request::Status {} | Request::AgentOpen { .. } | Request::AgentUnblock { .. } => Err(
@@ -371,8 +376,16 @@ fn answer(call: Call, state: &ApiState, peer: Peer, class: PeerClass) -> Value {
             .open_agent(&name)
             .map(|id| json!({"id": id.to_string()})),
         Request::Send { to, text, from } => router.send(to, from, text),
-        Request::HeldPull { limit, agent } => router
-            .held(Request::pull_limit(limit), agent)
+        Request::HeldPull {
+            limit,
+            agent,
+            wait_ms,
+        } => router
+            .held(
+                Request::pull_limit(limit),
+                agent,
+                Request::pull_wait(wait_ms),
+            )
             .map(|held| json!({"messages": held})),
         Request::HeldAck { id } => router
             .ack(id, only)
@@ -463,10 +476,11 @@ pub async fn call(socket: &Path, call: &Call) -> std::io::Result<Value> {
     stream.write_all(&call.to_line()).await?;
     let mut line = Vec::new();
     let mut reader = BufReader::new(stream).take(16 * 1024 * 1024);
-    let wait = if matches!(request, Request::Spawn(_)) {
-        LONGEST
-    } else {
-        TIMEOUT
+    let wait = match request {
+        Request::Spawn(_) => LONGEST,
+        // A pull may wait for a message before it answers.
+        Request::HeldPull { wait_ms, .. } => TIMEOUT + Request::pull_wait(*wait_ms),
+        _ => TIMEOUT,
     };
     tokio::time::timeout(wait, reader.read_until(b'\n', &mut line))
         .await
@@ -488,7 +502,11 @@ mod tests {
             text: "t".to_owned(),
             from,
         };
-        let pull = |agent| Request::HeldPull { limit: None, agent };
+        let pull = |agent| Request::HeldPull {
+            limit: None,
+            agent,
+            wait_ms: None,
+        };
         // Filled in with its own id, or refused when it names another.
         assert_eq!(scope(agent, send(None)), Ok(send(Some(me))));
         assert_eq!(scope(agent, send(Some(me))), Ok(send(Some(me))));

@@ -12,6 +12,8 @@ pub use crate::route::SpawnAsk;
 pub const MAX_PULL: u64 = 100;
 /// Held messages a pull returns when it does not say.
 pub const DEFAULT_PULL: u64 = 10;
+/// Longest a pull waits for a message to arrive, milliseconds.
+pub const MAX_PULL_WAIT_MS: u64 = 30_000;
 
 /// One request on the local API.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -49,6 +51,10 @@ pub enum Request {
         /// Only those for this local agent.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         agent: Option<Uuid>,
+        /// With an agent and nothing held for it: wait up to this long (at most
+        /// [`MAX_PULL_WAIT_MS`]) and answer as soon as a message arrives.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        wait_ms: Option<u64>,
     },
     /// Acknowledges held message `id`.
     #[serde(rename = "held.ack")]
@@ -159,6 +165,11 @@ impl Request {
     pub fn pull_limit(limit: Option<u64>) -> usize {
         usize::try_from(limit.unwrap_or(DEFAULT_PULL).clamp(1, MAX_PULL)).unwrap_or(10)
     }
+
+    /// How long a pull may wait for a message (none when absent; at most [`MAX_PULL_WAIT_MS`]).
+    pub fn pull_wait(wait_ms: Option<u64>) -> std::time::Duration {
+        std::time::Duration::from_millis(wait_ms.unwrap_or(0).min(MAX_PULL_WAIT_MS))
+    }
 }
 
 /// serde's message (it names the field or variant); the line itself, which may hold anything, is
@@ -189,6 +200,7 @@ mod tests {
             Request::HeldPull {
                 limit: Some(5),
                 agent: Some(to),
+                wait_ms: Some(1500),
             },
             Request::Spawn(SpawnAsk {
                 profile: "worker".to_owned(),

@@ -237,6 +237,10 @@ impl Inbound {
         now_ms: i64,
     ) -> Result<Accepted, InboundRefusal> {
         let (meta, payload) = self.authentic(exchange, properties, body, now_ms)?;
+        let to = match &payload {
+            Payload::AgentMessage(m) => Some(m.to),
+            _ => None,
+        };
         let new = self
             .state
             .accept_inbound(
@@ -244,6 +248,7 @@ impl Inbound {
                 meta.id,
                 meta.expires_ms.saturating_add(self.skew_ms),
                 now_ms,
+                super::deliver::shelf_for(meta.kind, to),
                 body,
             )
             .map_err(InboundRefusal::State)?;

@@ -24,6 +24,10 @@ pub enum InboxCommand {
         /// Only those for this local agent (its global id).
         #[arg(long)]
         agent: Option<String>,
+        /// With `--agent` and nothing held: wait up to this many seconds (0–30) and show
+        /// what arrives as soon as it does.
+        #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=30))]
+        wait: u64,
     },
     /// Acknowledge a held message: it is not offered again.
     Ack {
@@ -190,10 +194,11 @@ pub(super) fn inbox(
     out: &Output,
 ) -> ExitCode {
     match command {
-        InboxCommand::Pull { limit, agent } => ask(
+        InboxCommand::Pull { limit, agent, wait } => ask(
             config,
             Request::HeldPull {
                 limit: Some(*limit),
+                wait_ms: Some(wait.saturating_mul(1000)),
                 agent: match agent
                     .as_deref()
                     .map(|a| id_arg(a, "--agent", out))

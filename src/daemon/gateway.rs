@@ -166,12 +166,30 @@ impl Router for Gateway {
         Ok(json!({"id": id.to_string(), "route": route}))
     }
 
-    fn held(&self, limit: usize, to: Option<Uuid>) -> Result<Value, RouterError> {
-        let held = self
-            .courier
-            .held(limit, to)
-            .map_err(|e| RouterError::Failed(e.to_string()))?;
-        Ok(json!(held))
+    fn held(
+        &self,
+        limit: usize,
+        to: Option<Uuid>,
+        wait: std::time::Duration,
+    ) -> Result<Value, RouterError> {
+        let deadline = std::time::Instant::now() + wait;
+        loop {
+            // Counted before the look: an arrival between the look and the wait still wakes it.
+            let shelf = to.map(crate::mailbox::Shelf::Agent);
+            let since = shelf.map(|shelf| self.courier.arrivals().count(shelf));
+            let held = self
+                .courier
+                .held(limit, to)
+                .map_err(|e| RouterError::Failed(e.to_string()))?;
+            match (shelf, since) {
+                (Some(shelf), Some(since)) if held.is_empty() => {
+                    if !self.courier.arrivals().wait(shelf, since, deadline) {
+                        return Ok(json!(held));
+                    }
+                }
+                _ => return Ok(json!(held)),
+            }
+        }
     }
 
     fn ack(&self, id: Uuid, only_for: Option<Uuid>) -> Result<bool, RouterError> {

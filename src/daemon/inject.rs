@@ -66,7 +66,10 @@ pub async fn run(
     record: Recorder,
     mut stop: watch::Receiver<bool>,
 ) {
+    // Woken by every arrival; the tick is the safety net that looks again at held messages
+    // (a pane whose dialog was answered, a process that ended).
     let mut tick = tokio::time::interval(Duration::from_millis(250));
+    let mut arrivals = courier.arrivals().watch();
     let mut blocked: HashSet<Uuid> = HashSet::new();
     // Agents whose pane history was searched since this start (see the module comment).
     let mut checked: HashSet<Uuid> = HashSet::new();
@@ -75,8 +78,14 @@ pub async fn run(
     loop {
         tokio::select! {
             _ = tick.tick() => {}
+            changed = arrivals.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+            }
             _ = stop.changed() => return,
         }
+        arrivals.borrow_and_update();
         let round = {
             let (courier, mux, processes, policy, scrubber, record) = (
                 Arc::clone(&courier),
@@ -102,15 +111,19 @@ pub async fn run(
                     processes: &processes,
                     policy: &policy,
                 };
-                inject_round(&courier, &panes, &scrubber, &record, &mut marks);
-                (seen, known, lines, waiting)
+                let more = inject_round(&courier, &panes, &scrubber, &record, &mut marks);
+                (seen, known, lines, waiting, more)
             })
         };
-        if let Ok((still, known, lines, waiting)) = round.await {
+        if let Ok((still, known, lines, waiting, more)) = round.await {
             blocked = still;
             checked = known;
             typed = lines;
             pending = waiting;
+            // A whole batch was typed and more wait: the next round at once.
+            if more {
+                tick.reset_immediately();
+            }
         }
     }
 }
@@ -135,17 +148,32 @@ struct Panes<'a> {
     policy: &'a PolicyHandle,
 }
 
-/// One pass over the held messages for pane agents, oldest first.
+/// Most held messages of one agent looked at in one round (the rest in the next, at once).
+const PER_AGENT_ROUND: usize = 32;
+
+/// One pass over the held messages of each pane agent, oldest first: each agent's own shelf,
+/// so that no recipient's backlog — a mailbox nobody pulls — is in the way of another's.
+/// Whether an agent had a whole batch typed with more behind it (look again at once).
 fn inject_round(
     courier: &Courier,
     panes: &Panes<'_>,
     scrubber: &Scrubber,
     record: &Recorder,
     marks: &mut Marks<'_>,
-) {
-    let Ok(held) = courier.held(100, None) else {
-        return;
-    };
+) -> bool {
+    let agents = courier.agents();
+    let mut full: HashSet<Uuid> = HashSet::new();
+    let mut held: Vec<Held> = Vec::new();
+    for (id, _) in agents.list() {
+        if agents.pane_of(id).is_none() {
+            continue;
+        }
+        let batch = courier.held(PER_AGENT_ROUND, Some(id)).unwrap_or_default();
+        if batch.len() >= PER_AGENT_ROUND {
+            full.insert(id);
+        }
+        held.extend(batch);
+    }
     let mut stuck: HashSet<Uuid> = HashSet::new();
     // Checked once per agent per round: the pane does not change between its messages.
     let mut clear: HashSet<Uuid> = HashSet::new();
@@ -237,6 +265,7 @@ fn inject_round(
             }
         }
     }
+    full.iter().any(|agent| !stuck.contains(agent))
 }
 
 /// Holds `message` for `agent`. The roster says why its messages wait: an agent whose process

@@ -97,8 +97,14 @@ pub trait Router: Send + Sync {
     fn open_agent(&self, name: &str) -> Result<Uuid, RouterError>;
     /// Sends `text` to agent `to`; returns the message id and how it was routed.
     fn send(&self, to: Uuid, from: Option<Uuid>, text: String) -> Result<Value, RouterError>;
-    /// Up to `limit` held messages, oldest first (for agent `to` if given).
-    fn held(&self, limit: usize, to: Option<Uuid>) -> Result<Value, RouterError>;
+    /// Up to `limit` held messages, oldest first (for agent `to` if given). With an agent and
+    /// none held, waits up to `wait` for one to arrive and answers as soon as it does.
+    fn held(
+        &self,
+        limit: usize,
+        to: Option<Uuid>,
+        wait: std::time::Duration,
+    ) -> Result<Value, RouterError>;
     /// Acknowledges a held message (only one held for agent `only_for`, when given); `false`
     /// when none was held.
     fn ack(&self, id: Uuid, only_for: Option<Uuid>) -> Result<bool, RouterError>;

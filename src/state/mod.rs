@@ -20,6 +20,45 @@ const AGENTS: TableDefinition<'_, &[u8], &[u8]> = TableDefinition::new("agents")
 const DELIVERY: TableDefinition<'_, &[u8], &[u8]> = TableDefinition::new("delivery");
 const SPAWNED: TableDefinition<'_, &[u8], &[u8]> = TableDefinition::new("spawned");
 const PLACEMENT: TableDefinition<'_, &[u8], &[u8]> = TableDefinition::new("placement");
+/// The held messages by shelf: key shelf (17 bytes) + message id, no value.
+const SHELVES: TableDefinition<'_, &[u8], &[u8]> = TableDefinition::new("held_shelves");
+/// Which shelf each held message is on: message id → shelf.
+const SHELF_OF: TableDefinition<'_, &[u8], &[u8]> = TableDefinition::new("held_shelf_of");
+
+/// Where a held message waits. Each shelf is read on its own, oldest first: no recipient's
+/// backlog stands in the way of another's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Shelf {
+    /// For a local agent (a pane agent's, typed by the injector; a mailbox's, pulled).
+    Agent(Uuid),
+    /// For the host itself: replies to its spawn requests.
+    Host,
+    /// Spawn requests from other hosts, for the spawn worker.
+    Spawn,
+}
+
+impl Shelf {
+    /// The shelf's key prefix: a tag, then the agent's id (zero for the others).
+    fn key(self) -> [u8; 17] {
+        let (tag, id) = match self {
+            Shelf::Agent(id) => (0, id),
+            Shelf::Host => (1, Uuid::nil()),
+            Shelf::Spawn => (2, Uuid::nil()),
+        };
+        let mut key = [tag; 17];
+        for (byte, from) in key.iter_mut().skip(1).zip(id.as_bytes()) {
+            *byte = *from;
+        }
+        key
+    }
+
+    /// The key of message `id` on this shelf.
+    fn entry(self, id: Uuid) -> Vec<u8> {
+        let mut key = self.key().to_vec();
+        key.extend_from_slice(id.as_bytes());
+        key
+    }
+}
 
 /// Most placements of agents on other hosts remembered (the lowest ids go first).
 pub const MAX_PLACEMENTS: u64 = 4096;
@@ -90,8 +129,8 @@ pub struct Incoming<'a> {
     pub id: Uuid,
     /// Until when the replay entry is kept.
     pub expires_ms: i64,
-    /// Held for local delivery.
-    pub hold: Option<&'a [u8]>,
+    /// Held for local delivery, on its shelf.
+    pub hold: Option<(Shelf, &'a [u8])>,
     /// Queued in the outbox (a failure receipt for the sender).
     pub outbox: Option<(Uuid, &'a [u8])>,
     /// To be answered by one of the batch's receipts (see [`StateStore::accept_batch`]); it
@@ -196,6 +235,8 @@ impl StateStore {
             txn.open_table(DELIVERY)?;
             txn.open_table(SPAWNED)?;
             txn.open_table(PLACEMENT)?;
+            txn.open_table(SHELVES)?;
+            txn.open_table(SHELF_OF)?;
             Ok(())
         })?;
         Ok(store)
@@ -242,13 +283,14 @@ impl StateStore {
         id: Uuid,
         expires_ms: i64,
         now_ms: i64,
+        shelf: Shelf,
         record: &[u8],
     ) -> Result<bool, StateError> {
         let item = Incoming {
             key_id,
             id,
             expires_ms,
-            hold: Some(record),
+            hold: Some((shelf, record)),
             outbox: None,
             receipt: false,
             delivery: &[],
@@ -280,6 +322,8 @@ impl StateStore {
             let mut replay = txn.open_table(REPLAY)?;
             let mut dedupe = txn.open_table(DEDUPE)?;
             let mut held = txn.open_table(HELD)?;
+            let mut shelves = txn.open_table(SHELVES)?;
+            let mut shelf_of = txn.open_table(SHELF_OF)?;
             let mut outbox = txn.open_table(OUTBOX)?;
             let mut delivery = txn.open_table(DELIVERY)?;
             let mut taken = Vec::with_capacity(items.len());
@@ -303,8 +347,9 @@ impl StateStore {
                 }
                 replay.insert(replay_key.as_slice(), item.expires_ms)?;
                 dedupe.insert(item.id.as_bytes().as_slice(), now_ms)?;
-                if let Some(record) = item.hold {
+                if let Some((shelf, record)) = item.hold {
                     held.insert(item.id.as_bytes().as_slice(), record)?;
+                    shelve(&mut shelves, &mut shelf_of, shelf, item.id)?;
                 }
                 if let Some((id, record)) = item.outbox {
                     outbox.insert(id.as_bytes().as_slice(), record)?;
@@ -463,8 +508,72 @@ impl StateStore {
     /// Holds a message for the primary until acknowledged.
     /// Only the store's own tests use it: the runtime goes through the batch operations.
     #[cfg(test)]
-    pub fn held_put(&self, id: Uuid, record: &[u8]) -> Result<(), StateError> {
+    pub fn held_put(&self, id: Uuid, shelf: Shelf, record: &[u8]) -> Result<(), StateError> {
+        self.put(HELD, "held store", self.limits.max_held, id, record)?;
+        self.held_shelve(id, shelf)
+    }
+
+    /// Holds a message on no shelf, as a fleetd before shelves kept it (its upgrade's tests).
+    #[cfg(test)]
+    pub fn held_put_unshelved(&self, id: Uuid, record: &[u8]) -> Result<(), StateError> {
         self.put(HELD, "held store", self.limits.max_held, id, record)
+    }
+
+    /// Up to `limit` messages held on `shelf`, oldest first; they stay until acknowledged.
+    pub fn held_on(&self, shelf: Shelf, limit: usize) -> Result<Vec<(Uuid, Vec<u8>)>, StateError> {
+        let op = "held on shelf";
+        let txn = or_fail!(op, self.db.begin_read());
+        let shelves = or_fail!(op, txn.open_table(SHELVES));
+        let held = or_fail!(op, txn.open_table(HELD));
+        let prefix = shelf.key();
+        let mut out = Vec::new();
+        for entry in or_fail!(op, shelves.range(prefix.as_slice()..)) {
+            if out.len() >= limit {
+                break;
+            }
+            let (key, _) = or_fail!(op, entry);
+            let Some(id) = key.value().strip_prefix(prefix.as_slice()) else {
+                break;
+            };
+            let id = Uuid::from_slice(id).map_err(|e| tx(op)(e.to_string()))?;
+            // A shelf entry always has its message (they change together); none is skipped.
+            if let Some(record) = or_fail!(op, held.get(id.as_bytes().as_slice())) {
+                out.push((id, record.value().to_vec()));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Held messages on no shelf (kept by a fleetd before shelves), at most `limit`.
+    pub fn held_unshelved(&self, limit: usize) -> Result<Vec<(Uuid, Vec<u8>)>, StateError> {
+        let op = "held unshelved";
+        let txn = or_fail!(op, self.db.begin_read());
+        let shelf_of = or_fail!(op, txn.open_table(SHELF_OF));
+        self.list_except(
+            HELD,
+            op,
+            &|id| matches!(shelf_of.get(id.as_bytes().as_slice()), Ok(Some(_))),
+            limit,
+        )
+    }
+
+    /// Puts held message `id` on `shelf` (see [`StateStore::held_unshelved`]).
+    pub fn held_shelve(&self, id: Uuid, shelf: Shelf) -> Result<(), StateError> {
+        self.write("held shelve", |txn| {
+            if txn
+                .open_table(HELD)?
+                .get(id.as_bytes().as_slice())?
+                .is_none()
+            {
+                return Ok(());
+            }
+            shelve(
+                &mut txn.open_table(SHELVES)?,
+                &mut txn.open_table(SHELF_OF)?,
+                shelf,
+                id,
+            )
+        })
     }
 
     /// Up to `limit` held messages, oldest first; they stay until acknowledged.
@@ -481,7 +590,7 @@ impl StateStore {
     /// Only the store's own tests use it: the runtime goes through the batch operations.
     #[cfg(test)]
     pub fn held_ack(&self, id: Uuid) -> Result<bool, StateError> {
-        self.remove(HELD, "held ack", id)
+        self.held_ack_with(id, None, None)
     }
 
     /// Acknowledges a held message and, in the same transaction, queues `outbox` (a receipt for
@@ -500,6 +609,11 @@ impl StateStore {
             {
                 return Ok(false);
             }
+            unshelve(
+                &mut txn.open_table(SHELVES)?,
+                &mut txn.open_table(SHELF_OF)?,
+                id,
+            )?;
             if let Some((id, record)) = outbox {
                 txn.open_table(OUTBOX)?
                     .insert(id.as_bytes().as_slice(), record)?;
@@ -720,6 +834,34 @@ fn replay_key(key_id: &str, id: Uuid) -> Vec<u8> {
     key.push(0);
     key.extend_from_slice(id.as_bytes());
     key
+}
+
+/// Puts held message `id` on `shelf`.
+fn shelve(
+    shelves: &mut redb::Table<'_, &[u8], &[u8]>,
+    shelf_of: &mut redb::Table<'_, &[u8], &[u8]>,
+    shelf: Shelf,
+    id: Uuid,
+) -> Result<(), redb::Error> {
+    shelves.insert(shelf.entry(id).as_slice(), [].as_slice())?;
+    shelf_of.insert(id.as_bytes().as_slice(), shelf.key().as_slice())?;
+    Ok(())
+}
+
+/// Takes held message `id` off its shelf.
+fn unshelve(
+    shelves: &mut redb::Table<'_, &[u8], &[u8]>,
+    shelf_of: &mut redb::Table<'_, &[u8], &[u8]>,
+    id: Uuid,
+) -> Result<(), redb::Error> {
+    let shelf = shelf_of
+        .remove(id.as_bytes().as_slice())?
+        .map(|key| key.value().to_vec());
+    if let Some(mut key) = shelf {
+        key.extend_from_slice(id.as_bytes());
+        shelves.remove(key.as_slice())?;
+    }
+    Ok(())
 }
 
 /// Stores `record` for `id` unless the stored record's rank (first byte) is as high or higher.

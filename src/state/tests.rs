@@ -22,7 +22,7 @@ fn incoming(id: Uuid, hold: Option<&[u8]>) -> Incoming<'_> {
         key_id: "k",
         id,
         expires_ms: 10_000,
-        hold,
+        hold: hold.map(|record| (Shelf::Host, record)),
         outbox: None,
         receipt: false,
         delivery: &[],
@@ -85,10 +85,11 @@ fn held_messages_stay_until_acknowledged_and_are_bounded() {
     let s = store(dir.path());
     let ids: Vec<Uuid> = (0..3).map(|_| Uuid::now_v7()).collect();
     for (i, id) in ids.iter().enumerate() {
-        s.held_put(*id, format!("m{i}").as_bytes()).unwrap();
+        s.held_put(*id, Shelf::Host, format!("m{i}").as_bytes())
+            .unwrap();
     }
     assert!(matches!(
-        s.held_put(Uuid::now_v7(), b"x"),
+        s.held_put(Uuid::now_v7(), Shelf::Host, b"x"),
         Err(StateError::Full { .. })
     ));
     let listed = s.held_list(10).unwrap();
@@ -290,7 +291,7 @@ fn acking_a_held_message_queues_its_receipt_in_the_same_transaction() {
     let dir = tempfile::tempdir().unwrap();
     let s = store(dir.path());
     let (id, receipt) = (Uuid::now_v7(), Uuid::now_v7());
-    s.held_put(id, b"m").unwrap();
+    s.held_put(id, Shelf::Host, b"m").unwrap();
     assert!(
         s.held_ack_with(id, Some((receipt, b"r".as_slice())), None)
             .unwrap()
@@ -340,4 +341,62 @@ fn concurrent_puts_share_group_commits_and_all_become_durable() {
         64,
         "every entry survived a reopen"
     );
+}
+
+#[test]
+fn each_shelf_is_read_on_its_own_oldest_first_and_an_ack_takes_a_message_off_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = store_with(
+        dir.path(),
+        Limits {
+            max_held: 10_000,
+            ..Limits::default()
+        },
+    );
+    let (a, b) = (Uuid::now_v7(), Uuid::now_v7());
+    // A backlog for `a` (a mailbox nobody pulls), then one message for `b` and a spawn request.
+    let backlog: Vec<Uuid> = (0..1000).map(|_| Uuid::now_v7()).collect();
+    let items: Vec<Incoming<'_>> = backlog
+        .iter()
+        .map(|id| Incoming {
+            hold: Some((Shelf::Agent(a), b"for a".as_slice())),
+            ..incoming(*id, None)
+        })
+        .collect();
+    assert!(
+        s.accept_batch(&items, 1_000, &|_| Vec::new())
+            .unwrap()
+            .iter()
+            .all(|t| *t == Taken::New)
+    );
+    let for_b = Uuid::now_v7();
+    assert!(
+        s.accept_inbound("k", for_b, 10_000, 1_000, Shelf::Agent(b), b"for b")
+            .unwrap()
+    );
+    let spawn = Uuid::now_v7();
+    s.held_put(spawn, Shelf::Spawn, b"spawn").unwrap();
+
+    // `b`'s shelf holds its one message, whatever waits for `a`.
+    assert_eq!(
+        s.held_on(Shelf::Agent(b), 10).unwrap(),
+        vec![(for_b, b"for b".to_vec())]
+    );
+    let first: Vec<Uuid> = s
+        .held_on(Shelf::Agent(a), 3)
+        .unwrap()
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    assert_eq!(first, backlog[..3], "oldest first, at most the limit");
+    assert_eq!(s.held_on(Shelf::Spawn, 10).unwrap().len(), 1);
+    assert!(s.held_on(Shelf::Host, 10).unwrap().is_empty());
+
+    // Acknowledged: off its shelf, and only that one.
+    assert!(s.held_ack(backlog[0]).unwrap());
+    assert_eq!(s.held_on(Shelf::Agent(a), 1).unwrap()[0].0, backlog[1]);
+    assert!(s.held_ack_with(for_b, None, None).unwrap());
+    assert!(s.held_on(Shelf::Agent(b), 10).unwrap().is_empty());
+    assert_eq!(s.held_on(Shelf::Agent(a), 5000).unwrap().len(), 999);
+    assert!(s.held_unshelved(10).unwrap().is_empty(), "all shelved");
 }

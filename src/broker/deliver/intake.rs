@@ -5,10 +5,10 @@ use lapin::BasicProperties;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use super::{Courier, Held, encode, now_ms};
+use super::{Courier, Held, encode, now_ms, shelf_for};
 use crate::broker::inbound::{Inbound, InboundRefusal, bounded};
 use crate::policy::{Decision, Effect};
-use crate::state::{Incoming, Taken};
+use crate::state::{Incoming, Shelf, Taken};
 use crate::wire::{
     self, AgentMessage, DeliveryState, Kind, MAX_RECEIPT_MORE, Meta, Party, Payload, Refusal,
     SpawnOutcome, SpawnReply, Tracked,
@@ -48,7 +48,10 @@ impl Courier {
                     .remember_until
                     .unwrap_or(p.meta.expires_ms)
                     .saturating_add(inbound.skew_ms()),
-                hold: p.hold.as_deref(),
+                hold: p
+                    .hold
+                    .as_ref()
+                    .map(|(shelf, record)| (*shelf, record.as_slice())),
                 outbox: p.outbox.as_ref().map(|(id, b)| (*id, b.as_slice())),
                 receipt: p.receipt,
                 delivery: &p.delivery,
@@ -80,6 +83,9 @@ impl Courier {
                         true
                     }
                     Some(Taken::New) => {
+                        if let Some((shelf, _)) = &plan.hold {
+                            self.arrivals().arrived(*shelf);
+                        }
                         tracing::info!(msg.id = %plan.meta.id, msg.kind = plan.meta.kind.as_str(), origin.fleet = %plan.meta.origin.fleet, origin.host = %plan.meta.origin.host, event = plan.event, "message taken in");
                         queued |= plan.outbox.is_some() || plan.receipt;
                         audit.push((plan.event, plan.detail.clone()));
@@ -302,15 +308,16 @@ fn answered(kind: Kind) -> bool {
 }
 
 /// The held-store record of an envelope (for local agent `to`, if any) with `body`.
-fn held_record<T: serde::Serialize>(meta: &Meta, to: Option<Uuid>, body: &T) -> Vec<u8> {
-    encode(&Held {
+fn held_record<T: serde::Serialize>(meta: &Meta, to: Option<Uuid>, body: &T) -> (Shelf, Vec<u8>) {
+    let record = encode(&Held {
         id: meta.id,
         kind: meta.kind.as_str().to_owned(),
         origin: meta.origin.clone(),
         to,
         created_ms: meta.created_ms,
         body: serde_json::to_value(body).unwrap_or(Value::Null),
-    })
+    });
+    (shelf_for(meta.kind, to), record)
 }
 
 /// What taking in one envelope changes, decided before the transaction.
@@ -318,7 +325,7 @@ struct Plan {
     meta: Meta,
     event: &'static str,
     detail: Value,
-    hold: Option<Vec<u8>>,
+    hold: Option<(Shelf, Vec<u8>)>,
     /// A failure receipt for the sender.
     outbox: Option<(Uuid, Vec<u8>)>,
     /// To be reported `delivered` in the window's receipt to its sender.

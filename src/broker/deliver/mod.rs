@@ -27,7 +27,8 @@ use uuid::Uuid;
 use super::envelope::OutboxRecord;
 use super::topology::{SEND_EXCHANGE, agent_key, control_key, ingress_exchange};
 use crate::agent::Registry;
-use crate::state::{Incoming, StateError, StateStore, Taken};
+use crate::mailbox::Arrivals;
+use crate::state::{Incoming, Shelf, StateError, StateStore, Taken};
 use crate::wire::{
     self, AgentMessage, DeliveryReceipt, DeliveryState, HostKey, Kind, Meta, Party, Payload,
     Sealed, SpawnReply, SpawnRequest, Tracked,
@@ -101,6 +102,8 @@ pub struct Courier {
     agents: Arc<Registry>,
     /// Woken when the outbox has something to publish.
     pub outbox_ready: Notify,
+    /// Who is woken when a message is held for a local recipient.
+    arrivals: Arrivals,
     /// Where agents were last placed (see [`Courier::placed_at`]), and when it was last stored.
     placements: std::sync::Mutex<HashMap<Uuid, Placed>>,
     /// The policy messages from other hosts are decided by (see [`Courier::use_policy`]).
@@ -169,6 +172,7 @@ impl Courier {
     ) -> Result<Courier, StateError> {
         let agents = Arc::new(Registry::load(Arc::clone(&state))?);
         let placements = load_placements(&state)?;
+        shelve_old_held(&state)?;
         Ok(Courier {
             fleet: fleet.to_owned(),
             host: host.to_owned(),
@@ -177,6 +181,7 @@ impl Courier {
             state,
             agents,
             outbox_ready: Notify::new(),
+            arrivals: Arrivals::new(),
             placements: std::sync::Mutex::new(placements),
             policy: std::sync::OnceLock::new(),
         })
@@ -245,6 +250,11 @@ impl Courier {
     /// The state store.
     pub fn state(&self) -> &Arc<StateStore> {
         &self.state
+    }
+
+    /// Who is woken when a message is held for a local recipient.
+    pub fn arrivals(&self) -> &Arrivals {
+        &self.arrivals
     }
 
     /// The local agents (the registry's owner is the daemon; the courier only reads it).
@@ -413,7 +423,7 @@ impl Courier {
             key_id: "local",
             id,
             expires_ms: now + MESSAGE_TTL_MS,
-            hold: Some(&held),
+            hold: Some((Shelf::Agent(to), &held)),
             outbox: None,
             receipt: false,
             delivery: &tracked,
@@ -423,7 +433,10 @@ impl Courier {
             .accept_batch(&[item], now, &|_| Vec::new())?
             .first()
         {
-            Some(Taken::New) => Ok(id),
+            Some(Taken::New) => {
+                self.arrivals.arrived(Shelf::Agent(to));
+                Ok(id)
+            }
             _ => Err(CourierError::State(StateError::Full {
                 what: "held store",
                 limit: 0,
@@ -431,28 +444,25 @@ impl Courier {
         }
     }
 
-    /// Up to `limit` held messages, oldest first, for agent `to` if given.
+    /// Up to `limit` held messages, oldest first: for agent `to` (its shelf alone), or every
+    /// one but spawn requests.
     pub fn held(&self, limit: usize, to: Option<Uuid>) -> Result<Vec<Held>, StateError> {
-        let scan = if to.is_some() { usize::MAX } else { limit };
-        Ok(self
-            .state
-            .held_list(scan)?
-            .into_iter()
-            .filter_map(|(_, bytes)| serde_json::from_slice::<Held>(&bytes).ok())
-            .filter(|h| h.kind != Kind::SpawnRequest.as_str())
-            .filter(|h| to.is_none() || h.to == to)
-            .take(limit)
-            .collect())
+        let Some(to) = to else {
+            return Ok(self
+                .state
+                .held_list(limit)?
+                .into_iter()
+                .filter_map(|(_, bytes)| serde_json::from_slice::<Held>(&bytes).ok())
+                .filter(|h| h.kind != Kind::SpawnRequest.as_str())
+                .collect());
+        };
+        Ok(decoded(self.state.held_on(Shelf::Agent(to), limit)?))
     }
 
     /// Spawn requests from other hosts waiting for the spawn worker, oldest first.
     pub fn spawn_requests(&self) -> Result<Vec<(Held, SpawnRequest)>, StateError> {
-        Ok(self
-            .state
-            .held_list(usize::MAX)?
+        Ok(decoded(self.state.held_on(Shelf::Spawn, usize::MAX)?)
             .into_iter()
-            .filter_map(|(_, bytes)| serde_json::from_slice::<Held>(&bytes).ok())
-            .filter(|h| h.kind == Kind::SpawnRequest.as_str())
             .filter_map(|h| {
                 let request = serde_json::from_value(h.body.clone()).ok()?;
                 Some((h, request))
@@ -484,10 +494,7 @@ impl Courier {
         &self,
         request: Uuid,
     ) -> Result<Option<(Held, SpawnReply)>, CourierError> {
-        for (_, bytes) in self.state.held_list(usize::MAX)? {
-            let Ok(held) = serde_json::from_slice::<Held>(&bytes) else {
-                continue;
-            };
+        for held in decoded(self.state.held_on(Shelf::Host, usize::MAX)?) {
             if held.kind != Kind::SpawnReply.as_str() {
                 continue;
             }
@@ -603,6 +610,44 @@ impl Courier {
             more,
         });
         self.to_gateway(dest, &payload)
+    }
+}
+
+/// The held records of `entries` (one that does not decode is left out: never written so).
+fn decoded(entries: Vec<(Uuid, Vec<u8>)>) -> Vec<Held> {
+    entries
+        .into_iter()
+        .filter_map(|(_, bytes)| serde_json::from_slice::<Held>(&bytes).ok())
+        .collect()
+}
+
+/// The shelf a held message of `kind` for local agent `to` (if any) waits on.
+pub(crate) fn shelf_for(kind: Kind, to: Option<Uuid>) -> Shelf {
+    match (kind, to) {
+        (Kind::SpawnRequest, _) => Shelf::Spawn,
+        (_, Some(agent)) => Shelf::Agent(agent),
+        (_, None) => Shelf::Host,
+    }
+}
+
+/// Puts messages held by a fleetd from before shelves on theirs (once, at open).
+fn shelve_old_held(state: &StateStore) -> Result<(), StateError> {
+    loop {
+        let old = state.held_unshelved(256)?;
+        if old.is_empty() {
+            return Ok(());
+        }
+        for (id, bytes) in old {
+            let shelf = match serde_json::from_slice::<Held>(&bytes) {
+                Ok(held) if held.kind == Kind::SpawnRequest.as_str() => Shelf::Spawn,
+                Ok(Held {
+                    to: Some(agent), ..
+                }) => Shelf::Agent(agent),
+                // A record that does not decode is offered with the host's.
+                _ => Shelf::Host,
+            };
+            state.held_shelve(id, shelf)?;
+        }
     }
 }
 

@@ -6,10 +6,10 @@ use std::sync::Arc;
 use lapin::BasicProperties;
 use uuid::Uuid;
 
-use super::Courier;
+use super::{Courier, Held};
 use crate::broker::envelope::{OutboxRecord, properties};
 use crate::broker::inbound::Inbound;
-use crate::state::{Limits, StateStore};
+use crate::state::{Limits, Shelf, StateStore};
 use crate::wire::{DeliveryState, HostKey, Kind, Party, Payload, PinnedKeys, Sealed};
 
 const FLEET: &str = "f";
@@ -505,4 +505,44 @@ fn where_a_remote_agent_was_seen_outlives_a_restart() {
     );
     assert_eq!(again.placed_at(moved), Some(b2), "where it was seen last");
     assert_eq!(again.placed_at(Uuid::now_v7()), None, "never seen: unknown");
+}
+
+#[test]
+fn messages_held_before_shelves_are_put_on_theirs_when_the_courier_opens() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = Arc::new(StateStore::open(dir.path(), Limits::default()).unwrap());
+    let agent = Uuid::now_v7();
+    let held = |kind: Kind, to: Option<Uuid>| {
+        let id = Uuid::now_v7();
+        let record = Held {
+            id,
+            kind: kind.as_str().to_owned(),
+            origin: at(FLEET, "b1"),
+            to,
+            created_ms: 1,
+            body: serde_json::json!({}),
+        };
+        state
+            .held_put_unshelved(id, &serde_json::to_vec(&record).unwrap())
+            .unwrap();
+        id
+    };
+    let message = held(Kind::AgentMessage, Some(agent));
+    let request = held(Kind::SpawnRequest, None);
+    let reply = held(Kind::SpawnReply, None);
+    assert_eq!(state.held_unshelved(10).unwrap().len(), 3);
+
+    let _courier = Courier::single_host(FLEET, "a1", Arc::clone(&state)).unwrap();
+    let on = |shelf| -> Vec<Uuid> {
+        state
+            .held_on(shelf, 10)
+            .unwrap()
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect()
+    };
+    assert_eq!(on(Shelf::Agent(agent)), vec![message]);
+    assert_eq!(on(Shelf::Spawn), vec![request]);
+    assert_eq!(on(Shelf::Host), vec![reply]);
+    assert!(state.held_unshelved(10).unwrap().is_empty());
 }
