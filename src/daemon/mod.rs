@@ -205,9 +205,12 @@ pub async fn run(
     let mut link_audit = None;
     let link_status = match fabric {
         Some(fabric) => {
+            // Spawn requests from other hosts: served as soon as one is held; the tick is the
+            // safety net.
             let serving = Arc::clone(&gateway);
-            tasks.spawn(every(
-                Duration::from_millis(250),
+            tasks.spawn(on_arrival(
+                courier.arrivals().watch(),
+                Duration::from_secs(1),
                 stopped.clone(),
                 move || {
                     serving.serve_spawn_requests();
@@ -536,6 +539,32 @@ async fn every(
             _ = tick.tick() => {}
             _ = stop.changed() => return,
         }
+        let work = Arc::clone(&work);
+        let _ = tokio::task::spawn_blocking(move || work()).await;
+    }
+}
+
+/// Runs `work` on a blocking thread whenever a message is held (any shelf: `work` reads its
+/// own), and every `period` as a safety net, until `stop` turns true.
+async fn on_arrival(
+    mut arrivals: watch::Receiver<u64>,
+    period: Duration,
+    mut stop: watch::Receiver<bool>,
+    work: impl Fn() + Send + Sync + 'static,
+) {
+    let work = Arc::new(work);
+    let mut tick = tokio::time::interval(period);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            changed = arrivals.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+            }
+            _ = stop.changed() => return,
+        }
+        arrivals.borrow_and_update();
         let work = Arc::clone(&work);
         let _ = tokio::task::spawn_blocking(move || work()).await;
     }

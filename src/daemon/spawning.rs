@@ -267,7 +267,10 @@ impl Gateway {
             )
             .map_err(courier_error)?;
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(290);
+        let arrivals = self.courier.arrivals();
         loop {
+            // Counted before the look: a reply held between the look and the wait wakes it.
+            let since = arrivals.count(crate::mailbox::Shelf::Host);
             if let Some((held, reply)) = self.courier.take_spawn_reply(id).map_err(courier_error)? {
                 if let (Some(agent), Some(requester)) = (reply.agent, ask.for_agent) {
                     self.courier
@@ -287,7 +290,9 @@ impl Gateway {
                     "no reply from `{host}` to spawn request {id}; it may still answer (`fleetd inbox pull`)"
                 )));
             }
-            std::thread::sleep(std::time::Duration::from_millis(200));
+            // Woken when a reply is held for this host (another request's, too: then it looks
+            // again); the deadline ends the wait.
+            arrivals.wait(crate::mailbox::Shelf::Host, since, deadline);
         }
     }
 
