@@ -33,11 +33,11 @@ fn quick() -> bool {
     !std::env::args().any(|a| a == "--bench")
 }
 
-/// The agent: ready, then one line per line read — the wall clock in ns and the line's length
-/// — appended to the file its argument names.
+/// The agent: ready, then one line per line read — the wall clock in ns and the line's last
+/// word — appended to the file its argument names.
 const STAMP: &str = "import sys, time; out = open(sys.argv[1], 'a', buffering=1); \
 print('agent> ready', flush=True); \
-[out.write('%d %d\\n' % (time.time_ns(), len(line))) for line in sys.stdin]";
+[out.write('%d %s\\n' % (time.time_ns(), (line.split() or ['-'])[-1])) for line in sys.stdin]";
 
 fn now_ns() -> u128 {
     SystemTime::now()
@@ -166,16 +166,22 @@ fn ask(socket: &Path, request: &Value) -> Value {
     serde_json::from_str(&reply).unwrap()
 }
 
-/// Waits for stamp line `n` (counting from 0) and returns its time, ns.
-fn stamp(home: &Home, n: usize) -> u128 {
+/// Waits until the agent has read the line whose last word is `word` and returns when it did
+/// (ns); a line read twice fails the bench.
+fn stamp(home: &Home, word: &str) -> u128 {
     let by = Instant::now() + Duration::from_secs(20);
     loop {
-        if let Ok(text) = std::fs::read_to_string(home.stamps())
-            && let Some(line) = text.lines().nth(n)
-        {
-            return line.split(' ').next().unwrap().parse().unwrap();
+        if let Ok(text) = std::fs::read_to_string(home.stamps()) {
+            let mut read = text
+                .lines()
+                .filter_map(|line| line.split_once(' '))
+                .filter(|(_, last)| *last == word);
+            if let Some((at, _)) = read.next() {
+                assert!(read.next().is_none(), "`{word}` was read twice:\n{text}");
+                return at.parse().unwrap();
+            }
         }
-        assert!(Instant::now() < by, "line {n} was not read within 20 s");
+        assert!(Instant::now() < by, "`{word}` was not read within 20 s");
         std::thread::sleep(Duration::from_micros(200));
     }
 }
@@ -205,20 +211,18 @@ fn main() {
         .to_owned();
 
     // send → typed, through fleetd.
-    let mut read = 0;
     let mut fleetd = Vec::new();
     for i in 0..messages {
         let sent_at = now_ns();
-        let sent = home.ask(&json!({"op": "send", "to": agent, "text": format!("message {i}")}));
+        let sent = home.ask(&json!({"op": "send", "to": agent, "text": format!("message f{i}")}));
         assert!(sent["id"].is_string(), "{sent}");
-        let at = stamp(&home, read);
-        read += 1;
+        let at = stamp(&home, &format!("f{i}"));
         fleetd.push(Duration::from_nanos(u64::try_from(at - sent_at).unwrap()));
     }
     // The floor: the same frame typed by one tmux call.
     let mut floor = Vec::new();
     for i in 0..messages {
-        let frame = format!("[fleetd: from local/h agent {agent}, msg {agent}] message {i}");
+        let frame = format!("[fleetd: from local/h agent {agent}, msg {agent}] message t{i}");
         let typed_at = now_ns();
         home.tmux(&[
             "set-buffer",
@@ -239,8 +243,7 @@ fn main() {
             &pane,
             "Enter",
         ]);
-        let at = stamp(&home, read);
-        read += 1;
+        let at = stamp(&home, &format!("t{i}"));
         floor.push(Duration::from_nanos(u64::try_from(at - typed_at).unwrap()));
     }
 
