@@ -108,6 +108,34 @@ impl Home {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// The user's tmux server (started as the README starts it) and `fleetd run` on it, ready:
+    /// the daemon, its log lines, and what was read of them.
+    fn run(
+        &self,
+    ) -> (
+        std::process::Child,
+        std::sync::mpsc::Receiver<String>,
+        String,
+    ) {
+        let mut tmux = Command::new("tmux");
+        tmux.args([
+            "-L",
+            "fleetd",
+            "new-session",
+            "-d",
+            "-s",
+            "keep",
+            "sleep 600",
+        ]);
+        assert!(self.env(tmux).status().unwrap().success(), "tmux server");
+        let mut run = Command::new(BIN);
+        run.arg("run");
+        let (daemon, log) = spawn_logged(self.env(run));
+        let mut seen = String::new();
+        wait_for(&log, &mut seen, &["fleetd ready"], Duration::from_secs(20));
+        (daemon, log, seen)
+    }
+
     fn socket(&self) -> PathBuf {
         self.path().join("run/fleetd/fleetd.sock")
     }
@@ -133,22 +161,7 @@ fn pane_environ(home: &Home, pane: &str) -> Vec<(String, String)> {
 #[test]
 fn one_host_without_a_broker_spawns_sends_and_the_worker_answers_as_itself() {
     let home = Home::new();
-    let mut tmux = Command::new("tmux");
-    tmux.args([
-        "-L",
-        "fleetd",
-        "new-session",
-        "-d",
-        "-s",
-        "keep",
-        "sleep 600",
-    ]);
-    assert!(home.env(tmux).status().unwrap().success(), "tmux server");
-    let mut run = Command::new(BIN);
-    run.arg("run");
-    let (daemon, log) = spawn_logged(home.env(run));
-    let mut seen = String::new();
-    wait_for(&log, &mut seen, &["fleetd ready"], Duration::from_secs(20));
+    let (daemon, log, mut seen) = home.run();
 
     let primary = home.json(&["agent", "open", "primary"])["id"]
         .as_str()
@@ -479,22 +492,7 @@ fn texts(pulled: &Value) -> Vec<String> {
 #[test]
 fn a_mailbox_nobody_pulls_is_in_no_agents_way_and_a_waiting_pull_answers_when_a_message_arrives() {
     let home = Home::new();
-    let mut tmux = Command::new("tmux");
-    tmux.args([
-        "-L",
-        "fleetd",
-        "new-session",
-        "-d",
-        "-s",
-        "keep",
-        "sleep 600",
-    ]);
-    assert!(home.env(tmux).status().unwrap().success(), "tmux server");
-    let mut run = Command::new(BIN);
-    run.arg("run");
-    let (daemon, log) = spawn_logged(home.env(run));
-    let mut seen = String::new();
-    wait_for(&log, &mut seen, &["fleetd ready"], Duration::from_secs(20));
+    let (daemon, _log, _) = home.run();
     let open = |name: &str| {
         home.json(&["agent", "open", name])["id"]
             .as_str()

@@ -209,7 +209,7 @@ pub async fn run(
             // safety net.
             let serving = Arc::clone(&gateway);
             tasks.spawn(on_arrival(
-                courier.arrivals().watch(),
+                Some(courier.arrivals().watch()),
                 Duration::from_secs(1),
                 stopped.clone(),
                 move || {
@@ -525,29 +525,19 @@ fn tmux_socket(value: &str) -> Socket {
 /// How often expired replay, dedupe and delivery records are pruned.
 const PRUNE_EVERY: Duration = Duration::from_secs(600);
 
-/// Runs `work` on a blocking thread every `period` (the next run waits for the last one to end)
-/// until `stop` turns true.
+/// Runs `work` on a blocking thread every `period` until `stop` turns true.
 async fn every(
     period: Duration,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
     work: impl Fn() + Send + Sync + 'static,
 ) {
-    let work = Arc::new(work);
-    let mut tick = tokio::time::interval(period);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = stop.changed() => return,
-        }
-        let work = Arc::clone(&work);
-        let _ = tokio::task::spawn_blocking(move || work()).await;
-    }
+    on_arrival(None, period, stop, work).await;
 }
 
-/// Runs `work` on a blocking thread whenever a message is held (any shelf: `work` reads its
-/// own), and every `period` as a safety net, until `stop` turns true.
+/// Runs `work` on a blocking thread whenever `arrivals` changes (a message was held, on any
+/// shelf: `work` reads its own), and every `period` as a safety net, until `stop` turns true.
 async fn on_arrival(
-    mut arrivals: watch::Receiver<u64>,
+    mut arrivals: Option<watch::Receiver<u64>>,
     period: Duration,
     mut stop: watch::Receiver<bool>,
     work: impl Fn() + Send + Sync + 'static,
@@ -555,16 +545,24 @@ async fn on_arrival(
     let work = Arc::new(work);
     let mut tick = tokio::time::interval(period);
     loop {
+        let arrived = async {
+            match arrivals.as_mut() {
+                Some(arrivals) => arrivals.changed().await.is_ok(),
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             _ = tick.tick() => {}
-            changed = arrivals.changed() => {
-                if changed.is_err() {
+            open = arrived => {
+                if !open {
                     return;
                 }
             }
             _ = stop.changed() => return,
         }
-        arrivals.borrow_and_update();
+        if let Some(arrivals) = arrivals.as_mut() {
+            arrivals.borrow_and_update();
+        }
         let work = Arc::clone(&work);
         let _ = tokio::task::spawn_blocking(move || work()).await;
     }
