@@ -248,7 +248,7 @@ impl Inbound {
                 meta.id,
                 meta.expires_ms.saturating_add(self.skew_ms),
                 now_ms,
-                super::deliver::shelf_for(meta.kind, to),
+                super::deliver::shelf_for(meta.kind.as_str(), to),
                 body,
             )
             .map_err(InboundRefusal::State)?;

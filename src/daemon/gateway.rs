@@ -173,21 +173,23 @@ impl Router for Gateway {
         wait: std::time::Duration,
     ) -> Result<Value, RouterError> {
         let deadline = std::time::Instant::now() + wait;
+        let arrivals = self.courier.arrivals();
+        let shelf = to.map(crate::mailbox::Shelf::Agent);
         loop {
             // Counted before the look: an arrival between the look and the wait still wakes it.
-            let shelf = to.map(crate::mailbox::Shelf::Agent);
-            let since = shelf.map(|shelf| self.courier.arrivals().count(shelf));
+            let since = shelf.map(|shelf| arrivals.count(shelf));
             let held = self
                 .courier
                 .held(limit, to)
                 .map_err(|e| RouterError::Failed(e.to_string()))?;
-            match (shelf, since) {
+            let waited = match (shelf, since) {
                 (Some(shelf), Some(since)) if held.is_empty() => {
-                    if !self.courier.arrivals().wait(shelf, since, deadline) {
-                        return Ok(json!(held));
-                    }
+                    arrivals.wait(shelf, since, deadline)
                 }
-                _ => return Ok(json!(held)),
+                _ => false,
+            };
+            if !waited {
+                return Ok(json!(held));
             }
         }
     }

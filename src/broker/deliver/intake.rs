@@ -317,7 +317,7 @@ fn held_record<T: serde::Serialize>(meta: &Meta, to: Option<Uuid>, body: &T) -> 
         created_ms: meta.created_ms,
         body: serde_json::to_value(body).unwrap_or(Value::Null),
     });
-    (shelf_for(meta.kind, to), record)
+    (shelf_for(meta.kind.as_str(), to), record)
 }
 
 /// What taking in one envelope changes, decided before the transaction.

@@ -448,11 +448,8 @@ impl Courier {
     /// one but spawn requests.
     pub fn held(&self, limit: usize, to: Option<Uuid>) -> Result<Vec<Held>, StateError> {
         let Some(to) = to else {
-            return Ok(self
-                .state
-                .held_list(limit)?
+            return Ok(decoded(self.state.held_list(limit)?)
                 .into_iter()
-                .filter_map(|(_, bytes)| serde_json::from_slice::<Held>(&bytes).ok())
                 .filter(|h| h.kind != Kind::SpawnRequest.as_str())
                 .collect());
         };
@@ -621,12 +618,13 @@ fn decoded(entries: Vec<(Uuid, Vec<u8>)>) -> Vec<Held> {
         .collect()
 }
 
-/// The shelf a held message of `kind` for local agent `to` (if any) waits on.
-pub(crate) fn shelf_for(kind: Kind, to: Option<Uuid>) -> Shelf {
-    match (kind, to) {
-        (Kind::SpawnRequest, _) => Shelf::Spawn,
-        (_, Some(agent)) => Shelf::Agent(agent),
-        (_, None) => Shelf::Host,
+/// The shelf a held message of `kind` (as [`Held::kind`] names it) for local agent `to` (if
+/// any) waits on.
+pub(crate) fn shelf_for(kind: &str, to: Option<Uuid>) -> Shelf {
+    match to {
+        _ if kind == Kind::SpawnRequest.as_str() => Shelf::Spawn,
+        Some(agent) => Shelf::Agent(agent),
+        None => Shelf::Host,
     }
 }
 
@@ -638,14 +636,9 @@ fn shelve_old_held(state: &StateStore) -> Result<(), StateError> {
             return Ok(());
         }
         for (id, bytes) in old {
-            let shelf = match serde_json::from_slice::<Held>(&bytes) {
-                Ok(held) if held.kind == Kind::SpawnRequest.as_str() => Shelf::Spawn,
-                Ok(Held {
-                    to: Some(agent), ..
-                }) => Shelf::Agent(agent),
-                // A record that does not decode is offered with the host's.
-                _ => Shelf::Host,
-            };
+            // A record that does not decode is offered with the host's.
+            let shelf = serde_json::from_slice::<Held>(&bytes)
+                .map_or(Shelf::Host, |held| shelf_for(&held.kind, held.to));
             state.held_shelve(id, shelf)?;
         }
     }
