@@ -8,7 +8,14 @@
 //! - **held → pulled**: a `held.pull` waiting on an empty mailbox answers after the send that
 //!   holds a message for it has returned (the message is durable). Target ≤ 10 ms.
 //!
-//! Run: `cargo bench --bench mailbox` (200 messages, 50 pulls); as a test, 5 and 3.
+//! - **idle CPU with a full mailbox**: the daemon's CPU time over an idle window with nothing
+//!   held, then over the same window with 10,000 messages held for a mailbox nobody pulls.
+//!   Target ≤ 1.5× the empty daemon. CPU time is the sum over the daemon's threads of
+//!   `/proc/PID/task/TID/schedstat`'s first field (ns run on a CPU), taken per thread at both
+//!   ends; `/proc/PID/stat`'s utime + stime (10 ms ticks, dead threads included) beside it.
+//!
+//! Run: `cargo bench --bench mailbox` (200 messages, 50 pulls, 10,000 held, 20 s windows); as a
+//! test, 5 messages, 3 pulls, 300 held, 1 s windows.
 
 #![allow(
     clippy::print_stdout,
@@ -19,6 +26,7 @@
     reason = "a benchmark reports on stdout and fails loudly"
 )]
 
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -186,6 +194,59 @@ fn stamp(home: &Home, word: &str) -> u128 {
     }
 }
 
+/// Each of `pid`'s threads: the ns it has run on a CPU (`schedstat`'s first field).
+fn thread_cpu(pid: u32) -> HashMap<String, u64> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|task| {
+            let task = task.ok()?;
+            let stat = std::fs::read_to_string(task.path().join("schedstat")).ok()?;
+            let ns = stat.split_whitespace().next()?.parse().ok()?;
+            Some((task.file_name().to_string_lossy().into_owned(), ns))
+        })
+        .collect()
+}
+
+/// `pid`'s utime + stime in clock ticks (every thread, dead ones included).
+fn process_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // The fields after the command's closing parenthesis; utime and stime are 14th and 15th.
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+/// The daemon's CPU over `window` of doing nothing: (ns summed over threads, ticks).
+fn idle_cpu(pid: u32, window: Duration) -> (u64, u64) {
+    let (before, ticks) = (thread_cpu(pid), process_ticks(pid));
+    std::thread::sleep(window);
+    let (after, ticks_after) = (thread_cpu(pid), process_ticks(pid));
+    let ns = after
+        .iter()
+        .map(|(tid, ns)| ns - before.get(tid).copied().unwrap_or(0))
+        .sum();
+    (ns, ticks_after - ticks)
+}
+
+/// Holds `count` messages for `mailbox` (nobody pulls them), four senders at once.
+fn hold(home: &Home, mailbox: &str, count: usize) {
+    let senders = 4;
+    std::thread::scope(|scope| {
+        for s in 0..senders {
+            let socket = home.socket();
+            scope.spawn(move || {
+                for i in (s..count).step_by(senders) {
+                    let sent = ask(
+                        &socket,
+                        &json!({"op": "send", "to": mailbox, "text": format!("held {i}")}),
+                    );
+                    assert!(sent["id"].is_string(), "held {i}: {sent}");
+                }
+            });
+        }
+    });
+}
+
 fn percentile(values: &[Duration], p: f64) -> Duration {
     let mut sorted = values.to_vec();
     sorted.sort();
@@ -198,7 +259,11 @@ fn ms(d: Duration) -> f64 {
 }
 
 fn main() {
-    let (messages, pulls) = if quick() { (5, 3) } else { (200, 50) };
+    let (messages, pulls, held, window) = if quick() {
+        (5, 3, 300, Duration::from_secs(1))
+    } else {
+        (200, 50, 10_000, Duration::from_secs(20))
+    };
     let home = Home::start();
     let started = home.ask(&json!({"op": "spawn", "profile": "stamp"}));
     assert_eq!(started["outcome"], "started", "{started}");
@@ -274,6 +339,20 @@ fn main() {
         pulled.push(answered_at.saturating_duration_since(held_at));
     }
 
+    // Idle CPU: nothing held, then `held` messages for a mailbox nobody pulls.
+    let pid = home.daemon.as_ref().unwrap().id();
+    let silent = home.ask(&json!({"op": "agent.open", "name": "silent"}))["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    std::thread::sleep(Duration::from_secs(1));
+    let (empty_ns, empty_ticks) = idle_cpu(pid, window);
+    let filling = Instant::now();
+    hold(&home, &silent, held);
+    let filled = filling.elapsed();
+    std::thread::sleep(Duration::from_secs(1));
+    let (full_ns, full_ticks) = idle_cpu(pid, window);
+
     let (p50, p99) = (percentile(&fleetd, 0.5), percentile(&fleetd, 0.99));
     let (f50, f99) = (percentile(&floor, 0.5), percentile(&floor, 0.99));
     println!(
@@ -291,5 +370,13 @@ fn main() {
         "held -> pulled (a waiting pull, after the send returned): p50 {:.2} ms, max {:.2} ms (target <= 10)",
         ms(percentile(&pulled, 0.5)),
         ms(percentile(&pulled, 1.0))
+    );
+    println!(
+        "idle CPU over {:.0} s: empty {:.2} ms ({empty_ticks} ticks); {held} held ({:.1} s to hold them) {:.2} ms ({full_ticks} ticks); {:.2}x the empty daemon (target <= 1.5x)",
+        window.as_secs_f64(),
+        empty_ns as f64 / 1e6,
+        filled.as_secs_f64(),
+        full_ns as f64 / 1e6,
+        full_ns as f64 / (empty_ns as f64).max(1.0)
     );
 }

@@ -31,8 +31,10 @@ fn last_line(last: &Option<String>) -> String {
         .unwrap_or_default()
 }
 
-/// The longest pause between two looks of the readiness gate.
-const GATE_PAUSE: Duration = Duration::from_millis(100);
+/// The longest pause between two looks of the readiness gate: an agent's `started` reaches
+/// whoever asked within this and a broker round trip of its ready line (issue 37: ≤ 50 ms). A
+/// look is two short tmux client calls.
+const GATE_PAUSE: Duration = Duration::from_millis(25);
 
 /// Lines of pane output the readiness gate looks at.
 const GATE_LINES: usize = 50;
@@ -459,7 +461,7 @@ impl Spawner {
         let mut accepted = 0;
         // Looks again soon at first (an agent that is ready in milliseconds is seen then), less
         // often as it takes longer: an eighth of the time so far (at least 2 ms, at most
-        // GATE_PAUSE), so readiness is seen at most ~12 % late.
+        // GATE_PAUSE), so readiness is seen at most ~12 % and GATE_PAUSE late.
         let asked = Instant::now();
         // Since when every look found it ready (see `Readiness::settle`).
         let mut ready_since: Option<Instant> = None;
