@@ -95,8 +95,12 @@ impl Host {
                 "[profile.tui]\ndescription = \"A TUI that drops an Enter after a paste.\"\n\
                  argv = [\"/usr/bin/python3\", \"{py}\", \"{drops}\", \"{mode}\"]\nroots = [\"{work}\"]\n\
                  [profile.tui.ready]\npattern = \"^>\"\ninput = \"^>\"\ntimeout_secs = 30\n\n\
+                 [profile.line]\ndescription = \"Reads lines.\"\n\
+                 argv = [\"/bin/sh\", \"-c\", \"echo ready; while read -r l; do echo \\\"got:$l\\\"; done\"]\n\
+                 roots = [\"{work}\"]\n\
+                 [profile.line.ready]\npattern = \"^ready\"\ntimeout_secs = 30\n\n\
                  [[grant]]\nid = \"own\"\ndescription = \"The operator's.\"\n\
-                 fleets = [\"local\"]\nprofiles = [\"tui\"]\n",
+                 fleets = [\"local\"]\nprofiles = [\"tui\", \"line\"]\n",
                 py = root.join("work/tui.py").display(),
                 drops = root.join("work/drops").display(),
                 work = root.join("work").display(),
@@ -327,6 +331,54 @@ fn a_message_the_agent_does_not_take_stays_held_with_why_and_nothing_is_glued_to
     for (id, text) in [(&first, "first"), (&second, "second")] {
         taken_once(&shown, id, text);
     }
+}
+
+#[test]
+fn an_agent_that_does_not_take_its_message_is_in_no_other_agents_way() {
+    let host = Host::start_in_mode("", &[], "deaf");
+    host.tmux_server();
+    let (deaf, primary) = host.spawn_tui();
+    let started = host.fleetd(&["spawn", "--profile", "line", "--label", "l1"]);
+    assert_eq!(started["outcome"], "started", "{started}");
+    let other = started["agent"].as_str().unwrap().to_owned();
+    let send = |to: &str, text: &str| {
+        host.fleetd(&["send", to, text, "--from", &primary])["id"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let first = send(&deaf, "first");
+    // The deaf agent's first Enter was pressed and dropped: its injector now waits 1.5 s for
+    // the agent to take the message before pressing Enter again.
+    eventually("the first Enter dropped", Duration::from_secs(20), || {
+        (host.drops() >= 1).then_some(())
+    });
+    let to_other = send(&other, "for the other agent");
+    eventually(
+        "the other agent's message delivered",
+        Duration::from_secs(20),
+        || (host.fleetd(&["delivery", &to_other])["state"] == "delivered").then_some(()),
+    );
+    // Delivered while the deaf agent's message was still waiting for its second Enter: no
+    // worker waits for another agent's pane.
+    assert_eq!(
+        host.drops(),
+        1,
+        "the other agent's message waited behind the deaf agent's"
+    );
+    assert_eq!(host.fleetd(&["delivery", &first])["state"], "queued");
+    let panes = host.tmux(&["list-panes", "-a", "-F", "#{pane_id}"]);
+    let shown: String = panes
+        .lines()
+        .map(|p| host.tmux(&["capture-pane", "-p", "-J", "-t", p]))
+        .collect();
+    let read = shown
+        .lines()
+        .filter(|l| {
+            l.starts_with("got:") && l.ends_with(&format!("msg {to_other}] for the other agent"))
+        })
+        .count();
+    assert_eq!(read, 1, "read once by the other agent:\n{shown}");
 }
 
 /// The tests that need a real herdr (`scripts/test` skips `herdr::` where there is none).

@@ -33,6 +33,7 @@ use super::policy::PolicyHandle;
 use crate::agent::Status;
 use crate::broker::deliver::{Courier, Held};
 use crate::broker::link::Recorder;
+use crate::mailbox::Shelf;
 use crate::pane::{Multiplexer, PaneId, PaneState};
 use crate::scrub::Scrubber;
 use crate::spawn::{dialog_line, reported_line};
@@ -56,7 +57,8 @@ const SHOWN_WITHIN: Duration = Duration::from_secs(1);
 /// How long the agent has to take a message after each Enter: the first, then the retry.
 const TAKEN_WITHIN: [Duration; 2] = [Duration::from_millis(1500), Duration::from_secs(3)];
 
-/// Types held messages into pane agents until `stop` turns true.
+/// Types held messages into pane agents until `stop` turns true: one worker per pane agent, so
+/// that no agent — one that does not take what is typed, a slow pane — holds up another's.
 pub async fn run(
     courier: Arc<Courier>,
     mux: Arc<dyn Multiplexer>,
@@ -66,15 +68,19 @@ pub async fn run(
     record: Recorder,
     mut stop: watch::Receiver<bool>,
 ) {
-    // Woken by every arrival; the tick is the safety net that looks again at held messages
-    // (a pane whose dialog was answered, a process that ended).
+    let ctx = Arc::new(Injector {
+        courier,
+        mux,
+        processes,
+        policy,
+        scrubber,
+        record,
+    });
+    // A new pane agent gets its worker at the first arrival after it registered (its first
+    // message, at the latest) or at the next tick.
     let mut tick = tokio::time::interval(Duration::from_millis(250));
-    let mut arrivals = courier.arrivals().watch();
-    let mut blocked: HashSet<Uuid> = HashSet::new();
-    // Agents whose pane history was searched since this start (see the module comment).
-    let mut checked: HashSet<Uuid> = HashSet::new();
-    let mut typed: HashMap<Uuid, VecDeque<String>> = HashMap::new();
-    let mut pending: HashMap<Uuid, Uuid> = HashMap::new();
+    let mut arrivals = ctx.courier.arrivals().watch();
+    let mut workers: HashMap<Uuid, tokio::task::JoinHandle<()>> = HashMap::new();
     loop {
         tokio::select! {
             _ = tick.tick() => {}
@@ -86,118 +92,124 @@ pub async fn run(
             _ = stop.changed() => return,
         }
         arrivals.borrow_and_update();
-        let round = {
-            let (courier, mux, processes, policy, scrubber, record) = (
-                Arc::clone(&courier),
-                Arc::clone(&mux),
-                Arc::clone(&processes),
-                policy.clone(),
-                scrubber.clone(),
-                Arc::clone(&record),
-            );
-            let mut seen = std::mem::take(&mut blocked);
-            let mut known = std::mem::take(&mut checked);
-            let mut lines = std::mem::take(&mut typed);
-            let mut waiting = std::mem::take(&mut pending);
-            tokio::task::spawn_blocking(move || {
-                let mut marks = Marks {
-                    blocked: &mut seen,
-                    checked: &mut known,
-                    typed: &mut lines,
-                    pending: &mut waiting,
-                };
-                let panes = Panes {
-                    mux: mux.as_ref(),
-                    processes: &processes,
-                    policy: &policy,
-                };
-                let more = inject_round(&courier, &panes, &scrubber, &record, &mut marks);
-                (seen, known, lines, waiting, more)
-            })
-        };
-        if let Ok((still, known, lines, waiting, more)) = round.await {
-            blocked = still;
-            checked = known;
-            typed = lines;
-            pending = waiting;
-            // A whole batch was typed and more wait: the next round at once.
-            if more {
-                tick.reset_immediately();
+        workers.retain(|_, worker| !worker.is_finished());
+        let agents = ctx.courier.agents();
+        for (id, _) in agents.list() {
+            if agents.pane_of(id).is_some() && !workers.contains_key(&id) {
+                let worker = serve(Arc::clone(&ctx), id, stop.clone());
+                workers.insert(id, tokio::spawn(worker));
             }
         }
     }
 }
 
-/// What the injector remembers between rounds.
-struct Marks<'a> {
-    /// Messages whose block was already logged and audited.
-    blocked: &'a mut HashSet<Uuid>,
-    /// Agents whose pane history was searched for an already-typed message.
-    checked: &'a mut HashSet<Uuid>,
-    /// Per agent, the last lines typed into its pane (see [`asked`]).
-    typed: &'a mut HashMap<Uuid, VecDeque<String>>,
-    /// Per agent, the message typed into its input line and not yet taken by the agent.
-    pending: &'a mut HashMap<Uuid, Uuid>,
+/// What every worker types with: the mailbox, the panes and the policy.
+struct Injector {
+    courier: Arc<Courier>,
+    mux: Arc<dyn Multiplexer>,
+    processes: Arc<Processes>,
+    policy: PolicyHandle,
+    scrubber: Scrubber,
+    record: Recorder,
 }
 
-/// Where messages are typed: the multiplexer, the kernel's watch on the agents' processes, and
-/// the policy (which names each profile's input line).
-struct Panes<'a> {
-    mux: &'a dyn Multiplexer,
-    processes: &'a Processes,
-    policy: &'a PolicyHandle,
+/// One pane agent's worker: woken by an arrival on its own shelf, or by the tick — the safety
+/// net that looks again at held messages (a pane whose dialog was answered, a process that
+/// ended, a message not yet taken). Ends when the agent no longer has a pane here.
+async fn serve(ctx: Arc<Injector>, agent: Uuid, mut stop: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    let mut arrivals = ctx.courier.arrivals().watch_shelf(Shelf::Agent(agent));
+    let mut marks = Marks::default();
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            changed = arrivals.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+            }
+            _ = stop.changed() => return,
+        }
+        arrivals.borrow_and_update();
+        if ctx.courier.agents().pane_of(agent).is_none() {
+            return;
+        }
+        let round = {
+            let ctx = Arc::clone(&ctx);
+            tokio::task::spawn_blocking(move || {
+                let more = inject_round(&ctx, agent, &mut marks);
+                (marks, more)
+            })
+        };
+        match round.await {
+            Ok((kept, more)) => {
+                marks = kept;
+                // A whole batch was typed and more wait: the next round at once.
+                if more {
+                    tick.reset_immediately();
+                }
+            }
+            // The round panicked: what it remembered is lost (the next looks at the pane first).
+            Err(_) => marks = Marks::default(),
+        }
+    }
+}
+
+/// What a worker remembers about its agent between rounds.
+#[derive(Default)]
+struct Marks {
+    /// Its messages whose block was already logged and audited.
+    blocked: HashSet<Uuid>,
+    /// Whether its pane history was searched for an already-typed message since this start.
+    checked: bool,
+    /// The last lines typed into its pane (see [`asked`]).
+    typed: VecDeque<String>,
+    /// The message typed into its input line and not yet taken by the agent.
+    pending: Option<Uuid>,
+}
+
+impl Marks {
+    /// Whether this is the first look at the pane's history since the start (or a failed
+    /// record); from now on it is not.
+    fn first_look(&mut self) -> bool {
+        !std::mem::replace(&mut self.checked, true)
+    }
 }
 
 /// Most held messages of one agent looked at in one round (the rest in the next, at once).
 const PER_AGENT_ROUND: usize = 32;
 
-/// One pass over the held messages of each pane agent, oldest first: each agent's own shelf,
-/// so that no recipient's backlog — a mailbox nobody pulls — is in the way of another's.
-/// Whether an agent had a whole batch typed with more behind it (look again at once).
-fn inject_round(
-    courier: &Courier,
-    panes: &Panes<'_>,
-    scrubber: &Scrubber,
-    record: &Recorder,
-    marks: &mut Marks<'_>,
-) -> bool {
-    let agents = courier.agents();
-    let mut full: HashSet<Uuid> = HashSet::new();
-    let mut held: Vec<Held> = Vec::new();
-    for (id, _) in agents.list() {
-        if agents.pane_of(id).is_none() {
-            continue;
-        }
-        let batch = courier.held(PER_AGENT_ROUND, Some(id)).unwrap_or_default();
-        if batch.len() >= PER_AGENT_ROUND {
-            full.insert(id);
-        }
-        held.extend(batch);
-    }
-    let mut stuck: HashSet<Uuid> = HashSet::new();
-    // Checked once per agent per round: the pane does not change between its messages.
-    let mut clear: HashSet<Uuid> = HashSet::new();
+/// One pass over `agent`'s held messages, oldest first, from its own shelf; once one waits, the
+/// later ones wait behind it. Whether a whole batch was typed with more behind it (look again
+/// at once).
+fn inject_round(ctx: &Injector, agent: Uuid, marks: &mut Marks) -> bool {
+    let courier = ctx.courier.as_ref();
+    let Some(pane) = courier.agents().pane_of(agent).map(PaneId) else {
+        return false;
+    };
+    let held = courier
+        .held(PER_AGENT_ROUND, Some(agent))
+        .unwrap_or_default();
+    let full = held.len() >= PER_AGENT_ROUND;
+    let local = courier.agents().agent(agent);
+    let process = local.as_ref().and_then(|a| a.process.clone());
+    let input = local.as_ref().and_then(|a| {
+        let policy = ctx.policy.current();
+        policy.profiles.get(&a.profile)?.ready.input.clone()
+    });
+    // Checked once per round: the pane does not change between its messages.
+    let mut clear = false;
     for message in held {
-        let Some(agent) = message.to else { continue };
-        let Some(pane) = courier.agents().pane_of(agent).map(PaneId) else {
-            continue;
-        };
-        let local = courier.agents().agent(agent);
-        let process = local.as_ref().and_then(|a| a.process.clone());
-        // Per agent, in order: once one message waits, the later ones wait behind it.
-        if stuck.contains(&agent) {
-            continue;
-        }
-        let reason = if clear.contains(&agent) {
+        let reason = if clear {
             None
         } else {
-            let typed = marks.typed.get(&agent).cloned().unwrap_or_default();
             // Gone: its process ended or is no longer the agent's — or its pane runs another.
             let gone = local
                 .as_ref()
                 .filter(|a| a.process.is_some())
                 .and_then(|a| {
-                    let why = agent_gone(panes.mux, panes.processes, agent, a, &pane).ok()??;
+                    let why =
+                        agent_gone(ctx.mux.as_ref(), &ctx.processes, agent, a, &pane).ok()??;
                     Some(Block {
                         status: Status::Down,
                         reason: why,
@@ -205,45 +217,61 @@ fn inject_round(
                     })
                 });
             let dismissed = local.as_ref().and_then(|a| a.dismissed.as_deref());
-            gone.or_else(|| block_reason(panes.mux, &pane, &typed, dismissed, courier, agent))
+            gone.or_else(|| {
+                block_reason(
+                    ctx.mux.as_ref(),
+                    &pane,
+                    &marks.typed,
+                    dismissed,
+                    courier,
+                    agent,
+                )
+            })
         };
         if let Some(block) = reason {
-            stuck.insert(agent);
-            hold(courier, record, marks.blocked, &message, agent, block);
-            continue;
+            hold(
+                courier,
+                &ctx.record,
+                &mut marks.blocked,
+                &message,
+                agent,
+                block,
+            );
+            return false;
         }
-        clear.insert(agent);
-        let input = local.as_ref().and_then(|a| {
-            let policy = panes.policy.current();
-            policy.profiles.get(&a.profile)?.ready.input.clone()
-        });
+        clear = true;
         let target = Target {
-            mux: panes.mux,
+            mux: ctx.mux.as_ref(),
             pane: &pane,
             pid: process.as_ref().map(|p| p.pid),
             input: input.as_ref(),
         };
         let outcome = if input.is_some() {
-            submit(&target, &message, scrubber, marks, agent)
+            submit(&target, &message, &ctx.scrubber, marks, agent)
         } else {
-            type_with_enter(&target, &message, scrubber, marks, agent)
+            type_with_enter(&target, &message, &ctx.scrubber, marks, agent)
         };
         match outcome {
             Typing::Taken => {}
             Typing::Failed(error) => {
-                stuck.insert(agent);
                 warn!(msg.id = %message.id, %error, "cannot type a message into its pane; retrying");
-                continue;
+                return false;
             }
             Typing::Waiting(reason) => {
-                stuck.insert(agent);
                 let block = Block {
                     status: Status::Blocked,
                     reason,
                     prompt: None,
                 };
-                hold(courier, record, marks.blocked, &message, agent, block);
-                continue;
+                hold(
+                    courier,
+                    &ctx.record,
+                    &mut marks.blocked,
+                    &message,
+                    agent,
+                    block,
+                );
+                return false;
             }
         }
         marks.blocked.remove(&message.id);
@@ -251,7 +279,7 @@ fn inject_round(
         match courier.injected(message.id) {
             Ok(_) => {
                 info!(msg.id = %message.id, agent.id = %agent, "message typed into its pane");
-                record(vec![(
+                (ctx.record)(vec![(
                     "message.injected",
                     json!({"msg_id": message.id.to_string(), "agent": agent.to_string(),
                            "origin": {"fleet": message.origin.fleet, "host": message.origin.host}}),
@@ -259,13 +287,13 @@ fn inject_round(
             }
             Err(error) => {
                 // Next time, the pane is asked before this message is typed again.
-                marks.checked.remove(&agent);
-                stuck.insert(agent);
-                warn!(msg.id = %message.id, %error, "typed, but not recorded as delivered")
+                marks.checked = false;
+                warn!(msg.id = %message.id, %error, "typed, but not recorded as delivered");
+                return false;
             }
         }
     }
-    full.iter().any(|agent| !stuck.contains(agent))
+    full
 }
 
 /// Holds `message` for `agent`. The roster says why its messages wait: an agent whose process
@@ -387,10 +415,10 @@ fn type_with_enter(
     target: &Target<'_>,
     message: &Held,
     scrubber: &Scrubber,
-    marks: &mut Marks<'_>,
+    marks: &mut Marks,
     agent: Uuid,
 ) -> Typing {
-    if marks.checked.insert(agent) && target.where_is(message.id).ok() == Some(Place::Taken) {
+    if marks.first_look() && target.where_is(message.id).ok() == Some(Place::Taken) {
         info!(msg.id = %message.id, agent.id = %agent, "message found already typed (before a restart): not typed again");
         return Typing::Taken;
     }
@@ -402,7 +430,7 @@ fn type_with_enter(
     };
     match sent {
         Ok(()) => {
-            remember(marks, agent, &text);
+            remember(marks, &text);
             Typing::Taken
         }
         Err(error) => Typing::Failed(error),
@@ -415,7 +443,7 @@ fn submit(
     target: &Target<'_>,
     message: &Held,
     scrubber: &Scrubber,
-    marks: &mut Marks<'_>,
+    marks: &mut Marks,
     agent: Uuid,
 ) -> Typing {
     let waiting = || {
@@ -426,19 +454,19 @@ fn submit(
     };
     // Typed before (this round's predecessor, or before a restart): looked at, never retyped
     // while it is there.
-    let looked = marks.pending.get(&agent) == Some(&message.id) || marks.checked.insert(agent);
+    let looked = marks.pending == Some(message.id) || marks.first_look();
     if looked {
         match target.where_is(message.id) {
             Ok(Place::Taken) => {
-                marks.pending.remove(&agent);
+                marks.pending = None;
                 return Typing::Taken;
             }
             Ok(Place::OnInput) => {
-                marks.pending.insert(agent, message.id);
+                marks.pending = Some(message.id);
                 return waiting();
             }
             Ok(Place::Nowhere) => {
-                marks.pending.remove(&agent);
+                marks.pending = None;
             }
             Err(error) => return Typing::Failed(error),
         }
@@ -457,8 +485,8 @@ fn submit(
     if let Err(error) = target.mux.type_text(target.pane, target.pid, &text) {
         return Typing::Failed(error);
     }
-    remember(marks, agent, &text);
-    marks.pending.insert(agent, message.id);
+    remember(marks, &text);
+    marks.pending = Some(message.id);
     // Enter once the text shows (on the input line, or collapsed there as a paste placeholder).
     let shown_by = std::time::Instant::now() + SHOWN_WITHIN;
     while std::time::Instant::now() < shown_by {
@@ -483,7 +511,7 @@ fn submit(
         while std::time::Instant::now() < by {
             std::thread::sleep(Duration::from_millis(100));
             if target.where_is(message.id).ok() == Some(Place::Taken) {
-                marks.pending.remove(&agent);
+                marks.pending = None;
                 return Typing::Taken;
             }
         }
@@ -491,9 +519,9 @@ fn submit(
     waiting()
 }
 
-/// Remembers the lines of `text` as typed into `agent`'s pane (see [`asked`]).
-fn remember(marks: &mut Marks<'_>, agent: Uuid, text: &str) {
-    let lines = marks.typed.entry(agent).or_default();
+/// Remembers the lines of `text` as typed into the agent's pane (see [`asked`]).
+fn remember(marks: &mut Marks, text: &str) {
+    let lines = &mut marks.typed;
     lines.extend(
         text.lines()
             .map(str::trim)

@@ -209,7 +209,7 @@ pub async fn run(
             // safety net.
             let serving = Arc::clone(&gateway);
             tasks.spawn(on_arrival(
-                Some(courier.arrivals().watch()),
+                Some(courier.arrivals().watch_shelf(crate::mailbox::Shelf::Spawn)),
                 Duration::from_secs(1),
                 stopped.clone(),
                 move || {

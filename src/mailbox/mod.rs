@@ -3,7 +3,7 @@
 //!
 //! An arrival is announced once it is durable: a thread waiting for that shelf (an
 //! `inbox_pull` with a wait, a spawn requester waiting for its reply) wakes and reads its own
-//! shelf; the injector, which serves every pane agent, hears of every arrival. Nobody scans the
+//! shelf, and so does a pane agent's injector (an async watch of its shelf). Nobody scans the
 //! whole held store to find what is theirs.
 //!
 //! Imports: `state` (the shelves).
@@ -23,8 +23,11 @@ pub struct Arrivals {
     counts: Mutex<HashMap<Shelf, u64>>,
     /// Signalled on every arrival (threads waiting for a shelf).
     changed: Condvar,
-    /// Every arrival, for async consumers (the injector).
+    /// Every arrival, for async consumers that serve every shelf.
     any: watch::Sender<u64>,
+    /// Per shelf, for async consumers of one (an agent's injector): made on demand, dropped
+    /// once nobody watches.
+    shelves: Mutex<HashMap<Shelf, watch::Sender<u64>>>,
 }
 
 impl Default for Arrivals {
@@ -40,6 +43,7 @@ impl Arrivals {
             counts: Mutex::new(HashMap::new()),
             changed: Condvar::new(),
             any: watch::Sender::new(0),
+            shelves: Mutex::new(HashMap::new()),
         }
     }
 
@@ -50,6 +54,15 @@ impl Arrivals {
         }
         self.changed.notify_all();
         self.any.send_modify(|n| *n = n.wrapping_add(1));
+        if let Ok(mut shelves) = self.shelves.lock()
+            && let Some(watched) = shelves.get(&shelf)
+        {
+            if watched.receiver_count() == 0 {
+                shelves.remove(&shelf);
+            } else {
+                watched.send_modify(|n| *n = n.wrapping_add(1));
+            }
+        }
     }
 
     /// Arrivals on `shelf` so far (to wait for the next one with [`Arrivals::wait`]).
@@ -82,6 +95,20 @@ impl Arrivals {
     /// Every arrival, as a counter that changes (for async consumers).
     pub fn watch(&self) -> watch::Receiver<u64> {
         self.any.subscribe()
+    }
+
+    /// The arrivals on `shelf` alone, as a counter that changes (for an async consumer of one
+    /// shelf: another shelf's arrival does not wake it).
+    pub fn watch_shelf(&self, shelf: Shelf) -> watch::Receiver<u64> {
+        let Ok(mut shelves) = self.shelves.lock() else {
+            // Poisoned: a receiver that never changes; its consumer's tick still turns.
+            return watch::Sender::new(0).subscribe();
+        };
+        shelves.retain(|_, watched| watched.receiver_count() > 0);
+        shelves
+            .entry(shelf)
+            .or_insert_with(|| watch::Sender::new(0))
+            .subscribe()
     }
 }
 
@@ -117,10 +144,19 @@ mod tests {
         // Nothing arrives: the wait ends at its deadline, saying so.
         let soon = Instant::now() + Duration::from_millis(20);
         assert!(!arrivals.wait(mine, since + 1, soon));
-        // Async consumers hear of every arrival.
+        // Async consumers hear of every arrival, or of their shelf's alone.
         let mut any = arrivals.watch();
+        let mut own = arrivals.watch_shelf(mine);
         arrivals.arrived(Shelf::Host);
         assert!(any.has_changed().unwrap());
         assert_eq!(*any.borrow_and_update(), 4);
+        assert!(!own.has_changed().unwrap(), "woken by another shelf");
+        arrivals.arrived(mine);
+        assert!(own.has_changed().unwrap());
+        assert_eq!(*own.borrow_and_update(), 1);
+        // Nobody watches any more: the shelf's watch goes at its next arrival.
+        drop(own);
+        arrivals.arrived(mine);
+        assert!(arrivals.shelves.lock().unwrap().is_empty());
     }
 }
