@@ -6,8 +6,9 @@
 //! are bounded in size and time, connections per peer and in all. Refusals are answered with
 //! the reason and audited. No port is ever opened.
 //!
-//! Imports: `roster` (the view), `route` (the [`Router`] the daemon implements), `broker` (the
-//! link status type), `scrub` (every reply passes through it).
+//! Imports: `roster` (the view), `route` (the [`Router`] the daemon implements), `scrub` (every
+//! reply passes through it). Never `broker`: the link's state reaches it as a line
+//! ([`LinkLine`]).
 
 pub mod mcp;
 pub mod peer;
@@ -28,7 +29,6 @@ use tokio::sync::{Semaphore, watch};
 use tracing::{debug, warn};
 use uuid::Uuid;
 
-use crate::broker::link::LinkStatus;
 use crate::roster::Roster;
 use crate::route::Router;
 
@@ -42,6 +42,9 @@ const LONGEST: Duration = Duration::from_secs(300);
 /// Most connections open at once, all peers together.
 const MAX_CLIENTS: usize = 64;
 
+/// The broker link's state as one line (`broker: connected to … since …`), read when asked.
+pub type LinkLine = Arc<dyn Fn() -> String + Send + Sync>;
+
 /// What the API reads.
 #[derive(Clone)]
 pub struct ApiState {
@@ -50,7 +53,7 @@ pub struct ApiState {
     /// The roster (this host's agents, and with a broker its peers').
     pub roster: Arc<Mutex<Roster>>,
     /// The broker link's status (`None`: single-host mode).
-    pub link: Option<watch::Receiver<LinkStatus>>,
+    pub link: Option<LinkLine>,
     /// Agents, sending, held messages, delivery states, spawning, tokens.
     pub router: Arc<dyn Router>,
     /// Every reply passes through it (the daemon's scrubber, with its held secrets).
@@ -351,7 +354,7 @@ fn answer(call: Call, state: &ApiState, peer: Peer, class: PeerClass) -> Value {
     let result = match request {
         Request::Status {} => Ok(json!({
             "host": state.host,
-            "broker": state.link.as_ref().map_or("broker: not configured (single-host mode)".to_owned(), |l| l.borrow().to_string()),
+            "broker": state.link.as_ref().map_or("broker: not configured (single-host mode)".to_owned(), |line| line()),
             "sandbox": state.sandbox,
         })),
         Request::Roster {} => {

@@ -25,7 +25,6 @@ use super::envelope;
 use super::inbound::{Inbound, InboundRefusal};
 use super::topology::{self, QueueType, ROSTER_EXCHANGE};
 use super::{ConnectError, confirm_channel, connect_node};
-use crate::roster::{Change, HostId, Roster};
 use crate::secret::BrokerUri;
 use crate::wire::{self, HostKey, Kind, Meta, Party, Payload, utc};
 
@@ -100,10 +99,25 @@ impl std::fmt::Display for LinkStatus {
 /// Deliveries in flight per consumer (set explicitly: LavinMQ would default to 65535).
 const PREFETCH: u16 = 32;
 
+/// This host's presence as the link needs it. The roster is the daemon's (its presence,
+/// `daemon/presence.rs`); the link carries this host's beats out and verified beats in.
+pub trait PresenceBook: Send + Sync {
+    /// The link listens for beats again (its roster consumer is up after a connect).
+    fn listening(&self);
+    /// This host's next beat body (`leaving` as it goes).
+    fn next_beat(&self, leaving: bool) -> wire::PresenceBeat;
+    /// How long until the next beat.
+    fn next_interval(&self) -> Duration;
+    /// A beat from `origin`: its signature, the broker-attested origin and its window checked.
+    fn observe(&self, origin: Party, beat: wire::PresenceBeat);
+    /// This host's agents changed: its entry (and so its next beat) says so.
+    fn agents_changed(&self);
+}
+
 /// This host's presence: its roster, and how it signs its beats.
 pub struct Presence {
-    /// The roster (short critical sections, never held across an await).
-    pub roster: Arc<std::sync::Mutex<Roster>>,
+    /// The daemon's roster, as the link needs it.
+    pub book: Arc<dyn PresenceBook>,
     /// The host key that signs beats.
     pub key: Arc<HostKey>,
     /// This host's fleet.
@@ -370,10 +384,8 @@ impl Served<'_> {
             Ok(parts) => parts,
             Err(reason) => return Some(reason),
         };
-        self.announce_agents();
-        if let Ok(mut roster) = self.presence.roster.lock() {
-            roster.listening(std::time::Instant::now());
-        }
+        self.presence.book.agents_changed();
+        self.presence.book.listening();
         if let Err(reason) = self
             .consume_agents(&consume, &tx, &mut forwarders, &mut consumed)
             .await
@@ -498,7 +510,7 @@ impl Served<'_> {
                     }
                 }
                 () = self.courier.agents().changed.notified() => {
-                    self.announce_agents();
+                    self.presence.book.agents_changed();
                     if let Err(reason) = self.consume_agents(&consume, &tx, &mut forwarders, &mut consumed).await {
                         break Some(reason);
                     }
@@ -508,8 +520,7 @@ impl Served<'_> {
                         break Some(reason);
                     }
                     self.beat_foreign(&mut outlets, false).await;
-                    let interval = self.presence.roster.lock().map_or(Duration::from_secs(5), |r| r.next_interval());
-                    next_beat = tokio::time::Instant::now() + interval;
+                    next_beat = tokio::time::Instant::now() + self.presence.book.next_interval();
                 }
                 event = events.next() => match event {
                     // A channel-level (soft) error closes one channel, not the connection: the
@@ -652,11 +663,6 @@ impl Served<'_> {
         Ok(())
     }
 
-    /// Puts the local agents into this host's roster entry (announced with the next beat).
-    fn announce_agents(&self) {
-        announce(self.courier, &self.presence.roster);
-    }
-
     /// Takes a window of deliveries in (one durable transaction), acknowledges, then audits.
     async fn take_in(&self, batch: Vec<Delivery>) {
         let views: Vec<(&str, &lapin::BasicProperties, &[u8])> = batch
@@ -747,25 +753,6 @@ impl Served<'_> {
     }
 }
 
-/// Puts `courier`'s local agents into this host's roster entry.
-pub fn announce(courier: &Courier, roster: &std::sync::Mutex<Roster>) {
-    let agents = courier
-        .agents()
-        .list()
-        .into_iter()
-        .map(|(id, agent)| wire::AgentEntry {
-            id,
-            status: agent.status().to_string(),
-            name: agent.name,
-            profile: agent.profile,
-            since: agent.since_ms,
-        })
-        .collect();
-    if let Ok(mut roster) = roster.lock() {
-        roster.set_local(agents);
-    }
-}
-
 /// Seals and publishes this host's beat to the fleet's roster exchange.
 async fn beat(
     channel: &lapin::Channel,
@@ -773,10 +760,7 @@ async fn beat(
     presence: &Presence,
     leaving: bool,
 ) -> Result<(), String> {
-    let body = match presence.roster.lock() {
-        Ok(mut roster) => roster.next_beat(leaving),
-        Err(_) => return Err("the roster lock is poisoned".to_owned()),
-    };
+    let body = presence.book.next_beat(leaving);
     if let Ok(mut last) = presence.last_beat.lock() {
         *last = Some(body.clone());
     }
@@ -835,8 +819,8 @@ async fn publish_beat(
     Ok(())
 }
 
-/// Takes in a presence beat: the roster learns the host's agents, and the courier where each
-/// of them lives (kept across restarts: a message sent before the first beat after one still
+/// Takes in a presence beat: the daemon's roster learns the host's agents, and the courier
+/// where each of them lives (kept across restarts: a message sent before the first beat after one still
 /// finds its host).
 fn observe(
     inbound: &Inbound,
@@ -856,15 +840,7 @@ fn observe(
                     courier.remember_placement(agent.id, &meta.origin);
                 }
             }
-            let signer = HostId {
-                fleet: meta.origin.fleet,
-                host: meta.origin.host,
-            };
-            let change = match presence.roster.lock() {
-                Ok(mut roster) => roster.observe(signer, beat, std::time::Instant::now()),
-                Err(_) => return,
-            };
-            log_change(&change);
+            presence.book.observe(meta.origin, beat);
         }
         // A beat that waited out its life in the queue (after an outage) is expected, not news.
         Err(InboundRefusal::Signed {
@@ -874,19 +850,6 @@ fn observe(
             debug!("expired presence beat dropped");
         }
         Err(refusal) => warn!(reason = %refusal, "presence beat refused"),
-    }
-}
-
-/// Logs a roster change that an operator cares about.
-pub fn log_change(change: &Change) {
-    match change {
-        Change::Joined(h) => info!(peer.fleet = %h.fleet, peer.host = %h.host, "peer joined"),
-        Change::Left(h) => info!(peer.fleet = %h.fleet, peer.host = %h.host, "peer left"),
-        Change::Suspected(h) => {
-            warn!(peer.fleet = %h.fleet, peer.host = %h.host, "peer suspect (silent)")
-        }
-        Change::Reaped(h) => warn!(peer.fleet = %h.fleet, peer.host = %h.host, "peer reaped"),
-        Change::Updated(_) | Change::Stale(_) => {}
     }
 }
 

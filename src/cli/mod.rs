@@ -12,6 +12,7 @@ mod local;
 mod output;
 mod policy;
 mod policy_diff;
+mod policy_load;
 mod run;
 mod sandbox;
 mod scrub;

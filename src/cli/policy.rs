@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::{Subcommand, ValueEnum};
 
 use super::policy_diff::{self, DiffFormat};
+use super::policy_load::load_valid;
 use super::{Output, exit};
 use crate::config::Config;
 use crate::policy::{
@@ -206,24 +207,6 @@ fn summary(dir: &Path, set: Option<&PolicySet>, diagnostics: &[Diagnostic]) -> S
             "{}: policy invalid: {errors} error(s), {warnings} warning(s)",
             dir.display()
         ),
-    }
-}
-
-/// Loads the policy for explain/test/diff: invalid → diagnostics on stderr and exit 3.
-pub(super) fn load_valid(dir: &Path, out: &Output) -> Result<PolicySet, ExitCode> {
-    match policy::load_dir(dir) {
-        (Ok(set), _) => Ok(set),
-        (Err(error @ policy::LoadError::Read { .. }), _) => {
-            out.error(&error);
-            Err(exit::code(exit::USAGE))
-        }
-        (Err(error), diagnostics) => {
-            for diagnostic in diagnostics.iter().filter(|d| d.severity == Severity::Error) {
-                out.note(&diagnostic.render());
-            }
-            out.error(&error);
-            Err(exit::code(exit::POLICY_INVALID))
-        }
     }
 }
 

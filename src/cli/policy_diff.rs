@@ -257,7 +257,7 @@ fn load(side: &Side, out: &Output) -> Result<PolicySet, ExitCode> {
     if side.absent {
         return Ok(PolicySet::default());
     }
-    super::policy::load_valid(&side.dir, out)
+    super::policy_load::load_valid(&side.dir, out)
         .inspect_err(|_| out.note(&format!("  in the policy of {}", side.label)))
 }
 

@@ -7,7 +7,6 @@ use std::sync::{Arc, Mutex};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use super::spawning::{checked_request, spawn_request};
 use crate::agent::{Owner, Process, RegistryError};
 use crate::broker::deliver::{Courier, CourierError};
 use crate::broker::link::Recorder;
@@ -102,7 +101,7 @@ impl Router for Gateway {
             .agents()
             .open_mailbox(name)
             .map_err(registry_error)?;
-        crate::broker::link::announce(&self.courier, &self.roster);
+        super::presence::announce(&self.courier, &self.roster);
         Ok(id)
     }
 
@@ -244,20 +243,7 @@ impl Router for Gateway {
                 }
                 self.spawn_remote(host, ask.fleet.clone(), ask)
             }
-            _ => {
-                let request = checked_request(&me, &spawn_request(ask))
-                    .map_err(|e| RouterError::Invalid(e.to_string()))?;
-                let (reply, name) = self.run_spawn(&request, None, owner)?;
-                let mut answer = serde_json::to_value(&reply).unwrap_or(Value::Null);
-                if let Some(object) = answer.as_object_mut() {
-                    object.remove("v");
-                    object.remove("request");
-                    if let Some(name) = name {
-                        object.insert("name".to_owned(), json!(name));
-                    }
-                }
-                Ok(answer)
-            }
+            _ => self.spawn_here(ask, owner),
         }
     }
 
@@ -269,12 +255,12 @@ impl Router for Gateway {
             json!({"agent": id.to_string(), "by": "the operator"}),
         )]);
         tracing::info!(agent.id = %id, "the operator cleared an agent's prompt");
-        crate::broker::link::announce(&self.courier, &self.roster);
+        super::presence::announce(&self.courier, &self.roster);
         Ok(json!({"agent": id.to_string(), "dismissed": line}))
     }
 
     fn refresh_local(&self) {
-        crate::broker::link::announce(&self.courier, &self.roster);
+        super::presence::announce(&self.courier, &self.roster);
     }
 
     fn notes(&self) -> Vec<(Uuid, String)> {
@@ -357,7 +343,7 @@ impl Gateway {
                 "agent.revoked",
                 json!({"agent": id.to_string(), "reason": why}),
             )]);
-            crate::broker::link::announce(&self.courier, &self.roster);
+            super::presence::announce(&self.courier, &self.roster);
         }
         Ok(gone)
     }

@@ -15,6 +15,7 @@ pub mod leads;
 pub mod log;
 pub mod notify;
 pub mod policy;
+pub mod presence;
 pub mod spawning;
 
 use std::sync::Arc;
@@ -128,12 +129,12 @@ pub async fn run(
         },
         config.roster,
     )));
-    link::announce(&courier, &roster);
-    tasks.spawn(keep_roster(Arc::clone(&roster), stopped.clone()));
+    presence::announce(&courier, &roster);
+    tasks.spawn(presence::keep_roster(Arc::clone(&roster), stopped.clone()));
     if fabric.is_none() {
         // Without a broker link (which announces on every change), the roster still shows
         // this host's agents as they are: `blocked` or `down` as soon as the injector says so.
-        tasks.spawn(announce_changes(
+        tasks.spawn(presence::announce_changes(
             Arc::clone(&courier),
             Arc::clone(&roster),
             stopped.clone(),
@@ -230,7 +231,10 @@ pub async fn run(
             let writer = Arc::new(writer);
             link_audit = Some(Arc::clone(&writer));
             let presence = Arc::new(Presence {
-                roster,
+                book: Arc::new(presence::Book {
+                    roster,
+                    courier: Arc::clone(&courier),
+                }),
                 key: fabric.key,
                 fleet: courier.me().fleet,
                 beat_ttl: config.roster.suspect_after,
@@ -254,7 +258,9 @@ pub async fn run(
     let api_state = ApiState {
         host: config.host.clone(),
         roster: Arc::clone(&roster_view),
-        link: link_status.clone(),
+        link: link_status
+            .clone()
+            .map(|status| Arc::new(move || status.borrow().to_string()) as api::LinkLine),
         router: gateway,
         scrubber: Some(scrubber.clone()),
         sandbox: sandbox.to_string(),
@@ -565,39 +571,6 @@ async fn on_arrival(
         }
         let work = Arc::clone(&work);
         let _ = tokio::task::spawn_blocking(move || work()).await;
-    }
-}
-
-/// Puts this host's agents into the roster whenever one changes (single-host mode).
-async fn announce_changes(
-    courier: Arc<Courier>,
-    roster: Arc<std::sync::Mutex<Roster>>,
-    mut stop: watch::Receiver<bool>,
-) {
-    loop {
-        tokio::select! {
-            () = courier.agents().changed.notified() => link::announce(&courier, &roster),
-            _ = stop.changed() => return,
-        }
-    }
-}
-
-/// Ticks the roster every second: silent peers become suspect, then are reaped.
-async fn keep_roster(roster: Arc<std::sync::Mutex<Roster>>, mut stop: watch::Receiver<bool>) {
-    let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {
-                let changes = match roster.lock() {
-                    Ok(mut roster) => roster.tick(std::time::Instant::now()),
-                    Err(_) => return,
-                };
-                for change in &changes {
-                    link::log_change(change);
-                }
-            }
-            _ = stop.changed() => return,
-        }
     }
 }
 

@@ -10,7 +10,7 @@ use uuid::Uuid;
 use super::gateway::{Gateway, courier_error};
 use crate::agent::{Owner, Process, Registration};
 use crate::api::{ENV_AGENT_ID, ENV_AGENT_TOKEN, ENV_SOCKET};
-use crate::policy::{Request, SecretRef};
+use crate::policy::{Origin, Request, SecretRef};
 use crate::route::{RouterError, SpawnAsk};
 use crate::secret::{SecretName, lookup};
 use crate::spawn::Outcome;
@@ -18,6 +18,33 @@ use crate::wire::Party;
 use crate::wire::{SpawnOutcome, SpawnReply, SpawnRequest};
 
 impl Gateway {
+    /// A spawn asked over the local API for this host, by `owner`: checked as any request is,
+    /// decided and run here; the reply names the agent and its name.
+    pub(super) fn spawn_here(&self, ask: &SpawnAsk, owner: Owner) -> Result<Value, RouterError> {
+        let me = self.courier.me();
+        let request = Request::checked(
+            Origin {
+                fleet: me.fleet,
+                host: me.host,
+            },
+            ask.profile.clone(),
+            ask.env.clone(),
+            ask.cwd.as_deref(),
+            ask.label.as_deref(),
+        )
+        .map_err(|e| RouterError::Invalid(e.to_string()))?;
+        let (reply, name) = self.run_spawn(&request, None, owner)?;
+        let mut answer = serde_json::to_value(&reply).unwrap_or(Value::Null);
+        if let Some(object) = answer.as_object_mut() {
+            object.remove("v");
+            object.remove("request");
+            if let Some(name) = name {
+                object.insert("name".to_owned(), json!(name));
+            }
+        }
+        Ok(answer)
+    }
+
     /// Whether local agent `agent` may request `profile` with its token: its own profile's
     /// `may_spawn` must name it. A refusal is audited (`spawn.refused`, nothing launched).
     pub(super) fn may_spawn(&self, agent: Uuid, profile: &str) -> Result<Owner, RouterError> {
@@ -170,7 +197,7 @@ impl Gateway {
                 name: agent_name,
                 rules,
             } => {
-                crate::broker::link::announce(&self.courier, &self.roster);
+                super::presence::announce(&self.courier, &self.roster);
                 reply.outcome = SpawnOutcome::Started;
                 reply.agent = Some(id);
                 name = Some(agent_name);
@@ -345,20 +372,16 @@ pub fn checked_request(
     origin: &Party,
     body: &SpawnRequest,
 ) -> Result<Request, crate::policy::RequestError> {
-    let mut fields = serde_json::Map::new();
-    fields.insert(
-        "origin".to_owned(),
-        json!({"fleet": origin.fleet, "host": origin.host}),
-    );
-    fields.insert("profile".to_owned(), json!(body.profile));
-    fields.insert("env".to_owned(), json!(body.env));
-    if let Some(cwd) = &body.cwd {
-        fields.insert("cwd".to_owned(), json!(cwd));
-    }
-    if let Some(label) = &body.label {
-        fields.insert("label".to_owned(), json!(label));
-    }
-    Request::from_value(&Value::Object(fields))
+    Request::checked(
+        Origin {
+            fleet: origin.fleet.clone(),
+            host: origin.host.clone(),
+        },
+        body.profile.clone(),
+        body.env.clone(),
+        body.cwd.as_deref(),
+        body.label.as_deref(),
+    )
 }
 
 /// The spawn request body a local API `spawn` asks for.

@@ -37,8 +37,7 @@ pub const GRACE: Duration = Duration::from_secs(2);
 /// uninterruptible sleep cannot) before it exits regardless.
 const GIVE_UP: Duration = Duration::from_secs(10);
 
-/// The subcommand the multiplexer runs: `FLEETD pane-init -- ARGV`.
-pub const SUBCOMMAND: &str = "pane-init";
+pub use super::INIT_SUBCOMMAND as SUBCOMMAND;
 
 /// The line the init prints when it cannot run its agent (or enter its sandbox): on the pane's
 /// screen, where the readiness gate finds it.

@@ -16,6 +16,10 @@ pub mod tmux;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+/// The subcommand the multiplexer runs as the pane's init: `FLEETD pane-init -- ARGV` (the init
+/// is `init.rs`; `process.rs` knows an init's process by it).
+pub const INIT_SUBCOMMAND: &str = "pane-init";
+
 /// A pane's id on its multiplexer (tmux `%N`, herdr `wN:pM`). Host-local: never leaves this host.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PaneId(pub String);

@@ -216,7 +216,7 @@ fn agent_under_init(pid: u32) -> Option<(Program, String)> {
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
     let mut args = cmdline.split(|b| *b == 0);
     let program = args.next()?;
-    if args.next()? == super::init::SUBCOMMAND.as_bytes() && args.next()? == b"--" {
+    if args.next()? == super::INIT_SUBCOMMAND.as_bytes() && args.next()? == b"--" {
         return first_child(pid);
     }
     // In its sandbox the pane's process is bwrap (the init became it), its child bwrap's init

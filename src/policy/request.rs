@@ -75,7 +75,8 @@ impl Request {
         Self::from_value(&value)
     }
 
-    /// Checks a parsed JSON request.
+    /// Parses and checks a request given as JSON (`fleetd policy explain`, policy test cases):
+    /// unknown fields refused, every field's type checked, then [`Request::checked`].
     pub fn from_value(value: &Value) -> Result<Request, RequestError> {
         let object = value
             .as_object()
@@ -89,37 +90,66 @@ impl Request {
             .ok_or_else(|| refuse("origin", "must be an object"))?;
         known(origin_object, "origin.", &["fleet", "host"])?;
         let fleet = string(origin_object.get("fleet"), "origin.fleet")?;
-        if !names::valid_fleet(&fleet) {
-            return Err(refuse("origin.fleet", "is not a valid fleet name"));
-        }
         let host = string(origin_object.get("host"), "origin.host")?;
-        if !names::valid_host(&host) {
-            return Err(refuse("origin.host", "is not a valid host name"));
-        }
+        let origin = checked_origin(fleet, host)?;
         let profile = string(object.get("profile"), "profile")?;
-        if !names::valid_id(&profile) {
-            return Err(refuse("profile", "is not a valid profile name"));
-        }
         let env = match object.get("env") {
             None => BTreeMap::new(),
             Some(env) => env_map(env)?,
         };
         let cwd = match object.get("cwd") {
             None => None,
-            Some(cwd) => Some(relative_cwd(cwd)?),
+            Some(Value::String(cwd)) => Some(cwd.as_str()),
+            Some(_) => return Err(refuse("cwd", "must be a string")),
         };
         let label = match object.get("label") {
             None => None,
-            Some(label) => Some(checked_label(label)?),
+            Some(Value::String(label)) => Some(label.as_str()),
+            Some(_) => return Err(refuse("label", "must be a string")),
         };
+        Request::checked(origin, profile, env, cwd, label)
+    }
+
+    /// Checks a request whose fields are already typed — a spawn asked over the local API or
+    /// carried by the wire, with its origin from the authenticated transport: the same checks
+    /// as a JSON request's (profile name, variables, cwd inside the root, label).
+    pub fn checked(
+        origin: Origin,
+        profile: String,
+        env: BTreeMap<String, String>,
+        cwd: Option<&str>,
+        label: Option<&str>,
+    ) -> Result<Request, RequestError> {
+        let origin = checked_origin(origin.fleet, origin.host)?;
+        if !names::valid_id(&profile) {
+            return Err(refuse("profile", "is not a valid profile name"));
+        }
+        if env.len() > MAX_ENV {
+            return Err(refuse("env", format!("more than {MAX_ENV} variables")));
+        }
+        for (name, value) in &env {
+            env_name(name)?;
+            env_value(name, value)?;
+        }
         Ok(Request {
-            origin: Origin { fleet, host },
+            origin,
             profile,
             env,
-            cwd,
-            label,
+            cwd: cwd.map(relative_cwd).transpose()?,
+            label: label.map(checked_label).transpose()?,
         })
     }
+}
+
+/// `fleet`/`host` as an origin, when both are valid names.
+fn checked_origin(fleet: String, host: String) -> Result<Origin, RequestError> {
+    if !names::valid_fleet(&fleet) {
+        return Err(refuse("origin.fleet", "is not a valid fleet name"));
+    }
+    if !names::valid_host(&host) {
+        return Err(refuse("origin.host", "is not a valid host name"));
+    }
+    Ok(Origin { fleet, host })
 }
 
 fn known(object: &Map<String, Value>, prefix: &str, fields: &[&str]) -> Result<(), RequestError> {
@@ -152,36 +182,44 @@ fn env_map(value: &Value) -> Result<BTreeMap<String, String>, RequestError> {
     }
     let mut env = BTreeMap::new();
     for (name, value) in object {
-        if !names::valid_env_name(name) {
-            let shown = if name.len() <= 64 {
-                format!("env.{name}")
-            } else {
-                "env".to_owned()
-            };
-            return Err(refuse(&shown, "is not a valid variable name"));
-        }
-        let field = format!("env.{name}");
+        env_name(name)?;
         let Value::String(text) = value else {
-            return Err(refuse(&field, "must be a string"));
+            return Err(refuse(&format!("env.{name}"), "must be a string"));
         };
-        if text.len() > MAX_VALUE {
-            return Err(refuse(
-                &field,
-                format!("value longer than {MAX_VALUE} bytes"),
-            ));
-        }
-        if text.chars().any(char::is_control) {
-            return Err(refuse(&field, "value contains control characters"));
-        }
         env.insert(name.clone(), text.clone());
     }
     Ok(env)
 }
 
-fn relative_cwd(value: &Value) -> Result<PathBuf, RequestError> {
-    let Value::String(text) = value else {
-        return Err(refuse("cwd", "must be a string"));
+/// A variable's name, checked (a long one is not echoed).
+fn env_name(name: &str) -> Result<(), RequestError> {
+    if names::valid_env_name(name) {
+        return Ok(());
+    }
+    let shown = if name.len() <= 64 {
+        format!("env.{name}")
+    } else {
+        "env".to_owned()
     };
+    Err(refuse(&shown, "is not a valid variable name"))
+}
+
+/// Variable `name`'s value, checked.
+fn env_value(name: &str, text: &str) -> Result<(), RequestError> {
+    let field = format!("env.{name}");
+    if text.len() > MAX_VALUE {
+        return Err(refuse(
+            &field,
+            format!("value longer than {MAX_VALUE} bytes"),
+        ));
+    }
+    if text.chars().any(char::is_control) {
+        return Err(refuse(&field, "value contains control characters"));
+    }
+    Ok(())
+}
+
+fn relative_cwd(text: &str) -> Result<PathBuf, RequestError> {
     if text.is_empty() || text.len() > MAX_CWD {
         return Err(refuse("cwd", format!("must be 1 to {MAX_CWD} bytes")));
     }
@@ -206,10 +244,7 @@ fn relative_cwd(value: &Value) -> Result<PathBuf, RequestError> {
     Ok(clean)
 }
 
-fn checked_label(value: &Value) -> Result<String, RequestError> {
-    let Value::String(text) = value else {
-        return Err(refuse("label", "must be a string"));
-    };
+fn checked_label(text: &str) -> Result<String, RequestError> {
     let safe = text
         .chars()
         .all(|c| c.is_ascii_alphanumeric() || matches!(c, ' ' | '.' | '_' | ':' | '-'));
@@ -219,7 +254,7 @@ fn checked_label(value: &Value) -> Result<String, RequestError> {
             format!("must be 1 to {MAX_LABEL} of letters, digits, space, `.`, `_`, `:`, `-`"),
         ));
     }
-    Ok(text.clone())
+    Ok(text.to_owned())
 }
 
 impl fmt::Display for Origin {
