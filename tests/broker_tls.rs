@@ -203,9 +203,11 @@ fn a_pinned_bundle_must_hold_a_certificate() {
     let bundle = dir.path().join("empty.pem");
     std::fs::write(&bundle, "not a certificate\n").unwrap();
     let mut uri = BrokerUri::parse(&SecretString::from("amqps://u:p@localhost/%2Ff")).unwrap();
-    let error = pin_ca(&mut uri, Some(&bundle)).unwrap_err();
+    let error = pin_ca(&mut uri, Some(&bundle)).unwrap_err().to_string();
     assert!(error.contains("no certificate"), "{error}");
-    let error = pin_ca(&mut uri, Some(&dir.path().join("missing.pem"))).unwrap_err();
+    let error = pin_ca(&mut uri, Some(&dir.path().join("missing.pem")))
+        .unwrap_err()
+        .to_string();
     assert!(error.contains("cannot read `broker.ca_file`"), "{error}");
     assert!(uri.ca_pem.is_none(), "nothing pinned after a failure");
 }

@@ -7,6 +7,7 @@ use rustls_pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject;
 use secrecy::ExposeSecret;
 
+use super::AmqpError;
 use crate::secret::{BrokerUri, Node};
 
 /// Why a connection could not be opened. Carries lapin's message (no URI, no password: lapin's
@@ -144,7 +145,8 @@ async fn connect_unbounded(
     let properties = ConnectionProperties::default().with_connection_name("fleetd".into());
     let connected = match (&uri.ca_pem, uri.tls) {
         (Some(pem), true) => {
-            let connector = pinned_connector(pem).map_err(Failure::Unreachable)?;
+            let connector =
+                pinned_connector(pem).map_err(|e| Failure::Unreachable(e.to_string()))?;
             connect_pinned(amqp, properties, connector).await
         }
         _ => Connection::connect_uri(amqp, properties).await,
@@ -163,25 +165,49 @@ async fn connect_unbounded(
 }
 
 /// A channel on `connection` in confirm mode (every publish answered by ack, nack or return).
-pub async fn confirm_channel(connection: &Connection) -> Result<lapin::Channel, String> {
+pub async fn confirm_channel(connection: &Connection) -> Result<lapin::Channel, AmqpError> {
     let channel = connection
         .create_channel()
         .await
-        .map_err(|e| format!("channel: {e}"))?;
+        .map_err(AmqpError::failed("channel"))?;
     channel
         .confirm_select(lapin::options::ConfirmSelectOptions::default())
         .await
-        .map_err(|e| format!("confirm mode: {e}"))?;
+        .map_err(AmqpError::failed("confirm mode"))?;
     Ok(channel)
 }
 
+/// Why `broker.ca_file` cannot be pinned.
+#[derive(Debug, thiserror::Error)]
+pub enum CaError {
+    /// The file cannot be read.
+    #[error("cannot read `broker.ca_file` `{path}`: {source}")]
+    Read {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// It is not a PEM bundle.
+    #[error("`broker.ca_file` is not a PEM bundle: {0}")]
+    NotPem(String),
+    /// It holds no certificate.
+    #[error("`broker.ca_file` holds no certificate")]
+    Empty,
+    /// rustls cannot build a connector from it.
+    #[error("`broker.ca_file`: {0}")]
+    Tls(String),
+}
+
 /// Pins the CA bundle at `path` (`broker.ca_file`) on `uri`: `amqps` then trusts only those CAs.
-pub fn pin_ca(uri: &mut BrokerUri, path: Option<&std::path::Path>) -> Result<(), String> {
+pub fn pin_ca(uri: &mut BrokerUri, path: Option<&std::path::Path>) -> Result<(), CaError> {
     let Some(path) = path else {
         return Ok(());
     };
-    let pem = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read `broker.ca_file` `{}`: {e}", path.display()))?;
+    let pem = std::fs::read_to_string(path).map_err(|source| CaError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
     pinned_connector(&pem)?;
     uri.ca_pem = Some(pem.into());
     Ok(())
@@ -189,19 +215,19 @@ pub fn pin_ca(uri: &mut BrokerUri, path: Option<&std::path::Path>) -> Result<(),
 
 /// A rustls connector that trusts only the CAs in `pem` (an empty root store otherwise: the
 /// platform's trust store plays no part).
-fn pinned_connector(pem: &str) -> Result<RustlsConnector, String> {
+fn pinned_connector(pem: &str) -> Result<RustlsConnector, CaError> {
     let mut reader = std::io::BufReader::new(pem.as_bytes());
     let certs = CertificateDer::pem_reader_iter(&mut reader)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("`broker.ca_file` is not a PEM bundle: {e}"))?;
+        .map_err(|e| CaError::NotPem(e.to_string()))?;
     if certs.is_empty() {
-        return Err("`broker.ca_file` holds no certificate".to_owned());
+        return Err(CaError::Empty);
     }
     let mut config = RustlsConnectorConfig::default();
     config.add_parsable_certificates(certs);
     config
         .connector_with_no_client_auth()
-        .map_err(|e| e.to_string())
+        .map_err(|e| CaError::Tls(e.to_string()))
 }
 
 /// Connects over TLS verified by `connector` (lapin's default connector would add the platform's

@@ -153,7 +153,9 @@ impl Suite<'_> {
             .connection
             .as_ref()
             .ok_or("no connection to the vhost")?;
-        let channel = confirm_channel(connection).await?;
+        let channel = confirm_channel(connection)
+            .await
+            .map_err(|e| e.to_string())?;
         channel
             .basic_qos(16, BasicQosOptions::default())
             .await
@@ -166,7 +168,9 @@ impl Suite<'_> {
             .connection
             .as_ref()
             .ok_or("no connection to the vhost")?;
-        let exchanges = topology::ensure_exchanges(connection, &self.host).await?;
+        let exchanges = topology::ensure_exchanges(connection, &self.host)
+            .await
+            .map_err(|e| e.to_string())?;
         let _ = exchanges.close(200, "exchanges there".into()).await;
         let channel = self.channel().await?;
         declare_inbox(
@@ -437,7 +441,9 @@ async fn declare_inbox(
 ) -> Result<(), String> {
     let arguments = topology::inbox_arguments(queue_type, max_length);
     let exchange = topology::host_exchange(host);
-    topology::declare_bound_queue(channel, queue, &exchange, key, arguments).await
+    topology::declare_bound_queue(channel, queue, &exchange, key, arguments)
+        .await
+        .map_err(|e| e.to_string())
 }
 
 async fn publish(

@@ -24,7 +24,7 @@ use super::deliver::{Courier, Outlets, Pump};
 use super::envelope;
 use super::inbound::{Inbound, InboundRefusal};
 use super::topology::{self, QueueType, ROSTER_EXCHANGE};
-use super::{ConnectError, confirm_channel, connect_node};
+use super::{AmqpError, ConnectError, confirm_channel, connect_node};
 use crate::secret::BrokerUri;
 use crate::wire::{self, HostKey, Kind, Meta, Party, Payload, utc};
 
@@ -200,7 +200,7 @@ pub async fn supervise(
                 }
                 Err(reason) => LinkStatus::Refused {
                     since: now_ms(),
-                    reason,
+                    reason: reason.to_string(),
                 },
             },
             Err(ConnectError::Refused { reason, .. }) => LinkStatus::Refused {
@@ -294,7 +294,7 @@ pub fn backoff(failures: u32, cap: Duration) -> Duration {
 /// and roster queues. The control queue is bound from `host.HOST` only: what other fleets send
 /// reaches it through their ingress exchanges, which the admin binds to `fleet.send`
 /// (`fleetd broker grants --admit`), so a host needs no right on any ingress exchange.
-async fn declare(connection: &Connection, settings: &LinkSettings) -> Result<(), String> {
+async fn declare(connection: &Connection, settings: &LinkSettings) -> Result<(), AmqpError> {
     let channel = topology::ensure_exchanges(connection, &settings.host).await?;
     let queue = topology::control_queue(&settings.host);
     let arguments = topology::inbox_arguments(settings.queue_type, topology::DEFAULT_MAX_LENGTH);
@@ -311,18 +311,20 @@ async fn declare(connection: &Connection, settings: &LinkSettings) -> Result<(),
     let declared =
         topology::declare_roster_queue(&channel, &roster, settings.queue_type, &bindings).await;
     let channel = match declared {
-        Err(reason) if reason.contains("PRECONDITION_FAILED") => {
+        Err(reason) if reason.is("PRECONDITION_FAILED") => {
             // Declared before with other arguments (`queue_type` changed): presence is soft
             // state, so the old roster queue goes and the new one takes its place. The failed
             // declare closed the channel.
             let channel = connection
                 .create_channel()
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(AmqpError::failed("open a channel"))?;
             channel
                 .queue_delete(roster.as_str().into(), QueueDeleteOptions::default())
                 .await
-                .map_err(|e| format!("delete `{roster}` to redeclare it: {e}"))?;
+                .map_err(AmqpError::failed(format!(
+                    "delete `{roster}` to redeclare it"
+                )))?;
             topology::declare_roster_queue(&channel, &roster, settings.queue_type, &bindings)
                 .await?;
             channel
@@ -344,7 +346,7 @@ struct Served<'a> {
 }
 
 /// A delivery from any consumer, or the end of one (a broker cancel).
-type Forwarded = Result<Delivery, String>;
+type Forwarded = Result<Delivery, AmqpError>;
 
 impl Served<'_> {
     /// Consumes the control queue and every local agent's inbox, publishes the outbox and this
@@ -374,15 +376,15 @@ impl Served<'_> {
                     FieldTable::default(),
                 )
                 .await
-                .map_err(|e| format!("consume `{roster_queue}`: {e}"))?;
+                .map_err(AmqpError::failed(format!("consume `{roster_queue}`")))?;
             let beats_out = self.channel(false).await?;
             let publish = confirm_channel(self.connection).await?;
             let probe = self.channel(false).await?;
-            Ok::<_, String>((consume, roster, beats_out, (publish, probe)))
+            Ok::<_, AmqpError>((consume, roster, beats_out, (publish, probe)))
         };
         let (consume, mut roster, beats_out, publish) = match parts.await {
             Ok(parts) => parts,
-            Err(reason) => return Some(reason),
+            Err(reason) => return Some(reason.to_string()),
         };
         self.presence.book.agents_changed();
         self.presence.book.listening();
@@ -390,7 +392,7 @@ impl Served<'_> {
             .consume_agents(&consume, &tx, &mut forwarders, &mut consumed)
             .await
         {
-            return Some(reason);
+            return Some(reason.to_string());
         }
         let mut outlets = Outlets::new(
             publish,
@@ -419,7 +421,7 @@ impl Served<'_> {
                             match deliveries.try_recv() {
                                 Ok(Ok(next)) => batch.push(next),
                                 Ok(Err(reason)) => {
-                                    ended = Some(reason);
+                                    ended = Some(reason.to_string());
                                     break;
                                 }
                                 Err(_) => break,
@@ -430,7 +432,7 @@ impl Served<'_> {
                             break ended;
                         }
                     }
-                    Some(Err(reason)) => break Some(reason),
+                    Some(Err(reason)) => break Some(reason.to_string()),
                     None => break Some("every consumer ended".to_owned()),
                 },
                 beat = roster.next() => match beat {
@@ -489,7 +491,7 @@ impl Served<'_> {
                     {
                         let opened = tokio::time::timeout(CHANNEL_OPEN, confirm_channel(self.connection))
                             .await
-                            .unwrap_or_else(|_| Err("no answer opening a channel".to_owned()));
+                            .unwrap_or_else(|_| Err(AmqpError::Timeout { what: "open a publishing channel".to_owned(), after: CHANNEL_OPEN }));
                         reopen = match opened {
                             Ok(channel) => {
                                 outlets.replace_own(channel);
@@ -512,12 +514,12 @@ impl Served<'_> {
                 () = self.courier.agents().changed.notified() => {
                     self.presence.book.agents_changed();
                     if let Err(reason) = self.consume_agents(&consume, &tx, &mut forwarders, &mut consumed).await {
-                        break Some(reason);
+                        break Some(reason.to_string());
                     }
                 }
                 () = tokio::time::sleep_until(next_beat) => {
                     if let Err(reason) = beat(&beats_out, (self.settings, &self.uri.user), self.presence, false).await {
-                        break Some(reason);
+                        break Some(reason.to_string());
                     }
                     self.beat_foreign(&mut outlets, false).await;
                     next_beat = tokio::time::Instant::now() + self.presence.book.next_interval();
@@ -584,17 +586,17 @@ impl Served<'_> {
     }
 
     /// A channel on this connection; consuming channels get `basic.qos`.
-    async fn channel(&self, consuming: bool) -> Result<lapin::Channel, String> {
+    async fn channel(&self, consuming: bool) -> Result<lapin::Channel, AmqpError> {
         let channel = self
             .connection
             .create_channel()
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(AmqpError::failed("open a channel"))?;
         if consuming {
             channel
                 .basic_qos(PREFETCH, BasicQosOptions::default())
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(AmqpError::failed("set the prefetch"))?;
         }
         Ok(channel)
     }
@@ -606,7 +608,7 @@ impl Served<'_> {
         queue: &str,
         tx: &mpsc::Sender<Forwarded>,
         forwarders: &mut JoinSet<()>,
-    ) -> Result<(), String> {
+    ) -> Result<(), AmqpError> {
         let mut consumer = channel
             .basic_consume(
                 queue.into(),
@@ -615,21 +617,18 @@ impl Served<'_> {
                 FieldTable::default(),
             )
             .await
-            .map_err(|e| format!("consume `{queue}`: {e}"))?;
+            .map_err(AmqpError::failed(format!("consume `{queue}`")))?;
         let tx = tx.clone();
         let queue = queue.to_owned();
         forwarders.spawn(async move {
             while let Some(next) = consumer.next().await {
                 let failed = next.is_err();
-                if tx.send(next.map_err(|e| e.to_string())).await.is_err() || failed {
+                let next = next.map_err(AmqpError::failed(format!("consume `{queue}`")));
+                if tx.send(next).await.is_err() || failed {
                     return;
                 }
             }
-            let _ = tx
-                .send(Err(format!(
-                    "the broker cancelled the consumer of `{queue}`"
-                )))
-                .await;
+            let _ = tx.send(Err(AmqpError::Cancelled { queue })).await;
         });
         Ok(())
     }
@@ -641,7 +640,7 @@ impl Served<'_> {
         tx: &mpsc::Sender<Forwarded>,
         forwarders: &mut JoinSet<()>,
         consumed: &mut HashSet<uuid::Uuid>,
-    ) -> Result<(), String> {
+    ) -> Result<(), AmqpError> {
         let arguments =
             topology::inbox_arguments(self.settings.queue_type, topology::DEFAULT_MAX_LENGTH);
         for (id, _) in self.courier.agents().list() {
@@ -747,7 +746,7 @@ impl Served<'_> {
             .await;
             if let Err(reason) = sent {
                 debug!(peer.fleet = %fleet, %reason, "presence not sent; retried next beat");
-                outlets.fail_foreign(&vhost, &reason);
+                outlets.fail_foreign(&vhost, &reason.to_string());
             }
         }
     }
@@ -759,7 +758,7 @@ async fn beat(
     (settings, user): (&LinkSettings, &str),
     presence: &Presence,
     leaving: bool,
-) -> Result<(), String> {
+) -> Result<(), AmqpError> {
     let body = presence.book.next_beat(leaving);
     if let Ok(mut last) = presence.last_beat.lock() {
         *last = Some(body.clone());
@@ -784,7 +783,7 @@ async fn publish_beat(
     presence: &Presence,
     dest_fleet: &str,
     body: wire::PresenceBeat,
-) -> Result<(), String> {
+) -> Result<(), AmqpError> {
     let now = now_ms();
     let ttl = i64::try_from(presence.beat_ttl.as_millis()).unwrap_or(15_000);
     let meta = Meta {
@@ -814,8 +813,11 @@ async fn publish_beat(
     );
     tokio::time::timeout(WRITE_TIMEOUT, publish)
         .await
-        .map_err(|_| format!("publish beat: not written within {WRITE_TIMEOUT:?}"))?
-        .map_err(|e| format!("publish beat: {e}"))?;
+        .map_err(|_| AmqpError::Timeout {
+            what: "publish beat".to_owned(),
+            after: WRITE_TIMEOUT,
+        })?
+        .map_err(AmqpError::failed("publish beat"))?;
     Ok(())
 }
 

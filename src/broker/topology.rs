@@ -6,6 +6,8 @@ use lapin::options::{
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{Channel, ExchangeKind};
 
+use super::AmqpError;
+
 /// Topic exchange every host of the fleet publishes into: key `ctl.HOST` for a gateway's
 /// control queue, `agent.HOST.ID` for an agent's inbox. No host may read it (so none may bind a
 /// queue to it); the admin binds it to each host's own exchange (no alternate exchange:
@@ -118,12 +120,12 @@ pub fn inbox_arguments(queue_type: QueueType, max_length: i64) -> FieldTable {
 pub async fn ensure_exchanges(
     connection: &lapin::Connection,
     host: &str,
-) -> Result<Channel, String> {
+) -> Result<Channel, AmqpError> {
     let open = || async {
         connection
             .create_channel()
             .await
-            .map_err(|e| format!("open a channel: {e}"))
+            .map_err(AmqpError::failed("open a channel"))
     };
     let channel = open().await?;
     if declare_with(&channel, host, true).await.is_ok() {
@@ -132,8 +134,11 @@ pub async fn ensure_exchanges(
     // The failed lookup closed that channel.
     let channel = open().await?;
     declare_with(&channel, host, false).await.map_err(|e| {
-        if e.contains("ACCESS_REFUSED") {
-            format!("{e} (the fleet's exchanges or this host's `host.{host}` are missing, and this credential may not declare them: run `fleetd broker grants --fleet FLEET --apply` and `fleetd broker grants --fleet FLEET --host {host} --apply`)")
+        if e.is("ACCESS_REFUSED") {
+            AmqpError::Undeclared {
+                host: host.to_owned(),
+                source: Box::new(e),
+            }
         } else {
             e
         }
@@ -143,13 +148,13 @@ pub async fn ensure_exchanges(
 
 /// Declares the fleet's exchanges and host `host`'s, bound (idempotent; a shared fleet user's
 /// or the admin's right).
-pub async fn declare_exchanges(channel: &Channel, host: &str) -> Result<(), String> {
+pub async fn declare_exchanges(channel: &Channel, host: &str) -> Result<(), AmqpError> {
     declare_with(channel, host, false).await
 }
 
 /// Declares (or, `passive`, looks up) the fleet's two exchanges and `host.HOST`; declaring also
 /// binds `fleet.send` to `host.HOST`.
-async fn declare_with(channel: &Channel, host: &str, passive: bool) -> Result<(), String> {
+async fn declare_with(channel: &Channel, host: &str, passive: bool) -> Result<(), AmqpError> {
     let durable = ExchangeDeclareOptions {
         durable: true,
         passive,
@@ -165,7 +170,7 @@ async fn declare_with(channel: &Channel, host: &str, passive: bool) -> Result<()
                 FieldTable::default(),
             )
             .await
-            .map_err(|e| format!("declare exchange `{name}`: {e}"))?;
+            .map_err(AmqpError::failed(format!("declare exchange `{name}`")))?;
     }
     if !passive {
         for key in host_binding_keys(host) {
@@ -178,7 +183,9 @@ async fn declare_with(channel: &Channel, host: &str, passive: bool) -> Result<()
                     FieldTable::default(),
                 )
                 .await
-                .map_err(|e| format!("bind `{own}` to `{SEND_EXCHANGE}` with `{key}`: {e}"))?;
+                .map_err(AmqpError::failed(format!(
+                    "bind `{own}` to `{SEND_EXCHANGE}` with `{key}`"
+                )))?;
         }
     }
     Ok(())
@@ -192,7 +199,7 @@ pub async fn declare_bound_queue(
     exchange: &str,
     key: &str,
     arguments: FieldTable,
-) -> Result<(), String> {
+) -> Result<(), AmqpError> {
     let options = QueueDeclareOptions {
         durable: true,
         ..QueueDeclareOptions::default()
@@ -200,7 +207,7 @@ pub async fn declare_bound_queue(
     channel
         .queue_declare(queue.into(), options, arguments)
         .await
-        .map_err(|e| format!("declare queue `{queue}`: {e}"))?;
+        .map_err(AmqpError::failed(format!("declare queue `{queue}`")))?;
     channel
         .queue_bind(
             queue.into(),
@@ -210,7 +217,7 @@ pub async fn declare_bound_queue(
             FieldTable::default(),
         )
         .await
-        .map_err(|e| format!("bind `{queue}`: {e}"))
+        .map_err(AmqpError::failed(format!("bind `{queue}`")))
 }
 
 /// Arguments of a roster queue: presence is soft state, so the queue expires when its gateway is
@@ -248,7 +255,7 @@ pub async fn declare_roster_queue(
     queue: &str,
     queue_type: QueueType,
     bindings: &[(String, String)],
-) -> Result<(), String> {
+) -> Result<(), AmqpError> {
     let options = QueueDeclareOptions {
         durable: queue_type == QueueType::Quorum,
         ..QueueDeclareOptions::default()
@@ -256,7 +263,7 @@ pub async fn declare_roster_queue(
     channel
         .queue_declare(queue.into(), options, roster_arguments(queue_type))
         .await
-        .map_err(|e| format!("declare queue `{queue}`: {e}"))?;
+        .map_err(AmqpError::failed(format!("declare queue `{queue}`")))?;
     for (exchange, key) in bindings {
         channel
             .queue_bind(
@@ -267,7 +274,7 @@ pub async fn declare_roster_queue(
                 FieldTable::default(),
             )
             .await
-            .map_err(|e| format!("bind `{queue}` to `{exchange}`: {e}"))?;
+            .map_err(AmqpError::failed(format!("bind `{queue}` to `{exchange}`")))?;
     }
     Ok(())
 }

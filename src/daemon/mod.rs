@@ -55,8 +55,8 @@ pub enum RunError {
     #[error("the broker uri secret is not a valid amqp uri")]
     BrokerUri(#[source] crate::secret::UriError),
     /// The pinned CA bundle is unusable.
-    #[error("{0}")]
-    CaFile(String),
+    #[error(transparent)]
+    CaFile(crate::broker::CaError),
     /// A broker is configured without `fleet`.
     #[error("a broker is configured but `fleet` is not: set the fleet (its vhost and user)")]
     NoFleet,

@@ -51,7 +51,9 @@ impl Publisher {
         user: &str,
         state: Arc<StateStore>,
     ) -> Result<Publisher, String> {
-        let channel = confirm_channel(connection).await?;
+        let channel = confirm_channel(connection)
+            .await
+            .map_err(|e| e.to_string())?;
         Ok(Publisher {
             channel,
             vhost: vhost.to_owned(),

@@ -289,7 +289,9 @@ async fn open(uri: &BrokerUri, vhost: &str) -> Result<Opened, String> {
     // The connect is bounded by itself (per node); the channel RPCs after it must be too.
     let connection = connect(uri, Some(vhost)).await.map_err(|e| e.to_string())?;
     let channels = async {
-        let confirm = confirm_channel(&connection).await?;
+        let confirm = confirm_channel(&connection)
+            .await
+            .map_err(|e| e.to_string())?;
         let plain = || async {
             connection
                 .create_channel()
