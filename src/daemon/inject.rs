@@ -82,16 +82,9 @@ pub async fn run(
     let mut arrivals = ctx.courier.arrivals().watch();
     let mut workers: HashMap<Uuid, tokio::task::JoinHandle<()>> = HashMap::new();
     loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            changed = arrivals.changed() => {
-                if changed.is_err() {
-                    return;
-                }
-            }
-            _ = stop.changed() => return,
+        if !woken(&mut tick, &mut arrivals, &mut stop).await {
+            return;
         }
-        arrivals.borrow_and_update();
         workers.retain(|_, worker| !worker.is_finished());
         let agents = ctx.courier.agents();
         for (id, _) in agents.list() {
@@ -101,6 +94,26 @@ pub async fn run(
             }
         }
     }
+}
+
+/// Waits for the tick or an arrival (marked seen); `false` once the daemon stops or the
+/// arrivals end.
+async fn woken(
+    tick: &mut tokio::time::Interval,
+    arrivals: &mut watch::Receiver<u64>,
+    stop: &mut watch::Receiver<bool>,
+) -> bool {
+    tokio::select! {
+        _ = tick.tick() => {}
+        changed = arrivals.changed() => {
+            if changed.is_err() {
+                return false;
+            }
+        }
+        _ = stop.changed() => return false,
+    }
+    arrivals.borrow_and_update();
+    true
 }
 
 /// What every worker types with: the mailbox, the panes and the policy.
@@ -121,16 +134,9 @@ async fn serve(ctx: Arc<Injector>, agent: Uuid, mut stop: watch::Receiver<bool>)
     let mut arrivals = ctx.courier.arrivals().watch_shelf(Shelf::Agent(agent));
     let mut marks = Marks::default();
     loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            changed = arrivals.changed() => {
-                if changed.is_err() {
-                    return;
-                }
-            }
-            _ = stop.changed() => return,
+        if !woken(&mut tick, &mut arrivals, &mut stop).await {
+            return;
         }
-        arrivals.borrow_and_update();
         if ctx.courier.agents().pane_of(agent).is_none() {
             return;
         }
