@@ -27,7 +27,7 @@ mod common;
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::{Fleets, Host, TmuxServer, grants, nonce, wait_for};
+use common::{Delegation, Host, TmuxServer, nonce};
 
 /// Seconds the slow agent takes to be ready: long enough for the gate's pause between looks to
 /// be at its longest.
@@ -81,18 +81,9 @@ fn percentile(values: &[f64], p: f64) -> f64 {
 fn main() {
     let spawns = if quick() { 2 } else { 20 };
     let nonce = nonce();
-    let (a, b) = (format!("sa{nonce}"), format!("sb{nonce}"));
-    let (pa, pb) = (format!("PwSA{nonce}x"), format!("PwSB{nonce}x"));
-    let mut cleanup = Fleets::new(&[&a, &b]);
-    // A's grants again once B's vhost exists (each binds the other's ingress).
-    grants(&a, &[&b], &pa);
-    grants(&b, &[&a], &pb);
-    grants(&a, &[&b], &pa);
-    let root = tempfile::tempdir().unwrap();
-    let (laptop, w1) = (
-        Host::new(root.path(), "laptop"),
-        Host::new(root.path(), "w1"),
-    );
+    let mut pair = Delegation::new("s", nonce);
+    let (a, b) = (pair.a.clone(), pair.b.clone());
+    let w1 = &pair.w1;
     let work = w1.work_dir();
     let stamps = work.join("ready");
     let profile = |name: &str, after: &str| {
@@ -116,23 +107,8 @@ fn main() {
         ),
     )]);
     let tmux = TmuxServer::start(nonce);
-    let (child, laptop_log) = laptop.start(&a, &pa, &[&b], &[(&w1, &b)]);
-    cleanup.children.push(child);
-    let (child, w1_log) = w1.start_with(&b, &pb, &[&a], &[(&laptop, &a)], &tmux.config_line(), "");
-    cleanup.children.push(child);
-    let mut seen = String::new();
-    wait_for(
-        &laptop_log,
-        &mut seen,
-        &["peer joined", "\"peer.host\":\"w1\""],
-        Duration::from_secs(30),
-    );
-    wait_for(
-        &w1_log,
-        &mut seen,
-        &["broker connected"],
-        Duration::from_secs(20),
-    );
+    pair.start(&tmux);
+    let (laptop, w1) = (&pair.laptop, &pair.w1);
 
     let mut n = 0;
     let (mut remote, mut local, mut slow) = (Vec::new(), Vec::new(), Vec::new());

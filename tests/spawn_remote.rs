@@ -18,7 +18,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Fleets, Host, TmuxServer, grants, nonce, wait_for};
+use common::{Delegation, Host, TmuxServer, nonce};
 
 fn spawn(host: &Host, args: &[&str]) -> (bool, serde_json::Value) {
     let mut full = vec!["--json"];
@@ -35,18 +35,9 @@ fn spawn(host: &Host, args: &[&str]) -> (bool, serde_json::Value) {
 #[test]
 fn a_laptop_spawns_a_worker_on_another_fleets_host_and_gives_it_a_task() {
     let nonce = nonce();
-    let (a, b) = (format!("ra{nonce}"), format!("rb{nonce}"));
-    let (pa, pb) = (format!("PwRA{nonce}x"), format!("PwRB{nonce}x"));
-    let mut cleanup = Fleets::new(&[&a, &b]);
-    grants(&a, &[&b], &pa);
-    grants(&b, &[&a], &pb);
-    grants(&a, &[&b], &pa);
-    let root = tempfile::tempdir().unwrap();
-    let (laptop, w1) = (
-        Host::new(root.path(), "laptop"),
-        Host::new(root.path(), "w1"),
-    );
-
+    let mut pair = Delegation::new("r", nonce);
+    let (a, b) = (pair.a.clone(), pair.b.clone());
+    let w1 = &pair.w1;
     let work = w1.work_dir();
     w1.accept_mail_from(&[&a]);
     w1.policy(&[
@@ -81,26 +72,11 @@ max_instances = 1
         ),
     ]);
     let tmux = TmuxServer::start(nonce);
-    let (child, laptop_log) = laptop.start(&a, &pa, &[&b], &[(&w1, &b)]);
-    cleanup.children.push(child);
-    let (child, w1_log) = w1.start_with(&b, &pb, &[&a], &[(&laptop, &a)], &tmux.config_line(), "");
-    cleanup.children.push(child);
-    let mut seen = String::new();
-    wait_for(
-        &laptop_log,
-        &mut seen,
-        &["peer joined", "\"peer.host\":\"w1\""],
-        Duration::from_secs(30),
-    );
-    wait_for(
-        &w1_log,
-        &mut seen,
-        &["broker connected"],
-        Duration::from_secs(20),
-    );
+    pair.start(&tmux);
+    let (laptop, w1) = (&pair.laptop, &pair.w1);
     let before = tmux.panes().len();
 
-    let (ok, refused) = spawn(&laptop, &["--host", "w1", "--profile", "maintenance"]);
+    let (ok, refused) = spawn(laptop, &["--host", "w1", "--profile", "maintenance"]);
     assert!(!ok, "{refused}");
     assert_eq!(refused["outcome"], "refused", "{refused}");
     assert!(
@@ -126,7 +102,7 @@ max_instances = 1
         !ok && text.contains("no host `w1` of fleet `nofleet`"),
         "{text}"
     );
-    let mut mcp = common::mcp::Session::start(&laptop);
+    let mut mcp = common::mcp::Session::start(laptop);
     mcp.initialize();
     let (reply, error) = mcp.tool(
         "spawn",
@@ -146,7 +122,7 @@ max_instances = 1
     // Spawned for the primary: it may give the worker tasks with no `[[message]]` rule.
     let primary = laptop.open_agent("primary");
     let (ok, started) = spawn(
-        &laptop,
+        laptop,
         &[
             "--host",
             "w1",
@@ -185,7 +161,7 @@ max_instances = 1
     let panes = tmux.panes();
     for (label, holder) in [("task-worker", &worker), ("notes", &notes)] {
         let (ok, refused) = spawn(
-            &laptop,
+            laptop,
             &["--host", "w1", "--profile", "worker", "--label", label],
         );
         assert!(!ok, "{refused}");
@@ -239,7 +215,7 @@ max_instances = 1
 
     // A second agent requested by the other fleet: its pane has its own token, not the first
     // one's, and no tmux environment (global or any session's) holds an agent variable.
-    let (ok, second) = spawn(&laptop, &["--host", "w1", "--profile", "worker"]);
+    let (ok, second) = spawn(laptop, &["--host", "w1", "--profile", "worker"]);
     assert!(ok, "{second}");
     let token_of = |env: &str| {
         env.split('\0')

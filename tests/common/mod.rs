@@ -713,6 +713,80 @@ impl Drop for TmuxServer {
     }
 }
 
+/// Delegation across fleets through the real broker: fleet A's `laptop` asks fleet B's `w1`,
+/// each fleet admitting the other (tests/spawn_remote.rs, benches/spawn_remote.rs).
+pub struct Delegation {
+    /// Fleet A (the laptop's) and fleet B (w1's): `PREFIXa` and `PREFIXb` with the nonce.
+    pub a: String,
+    pub b: String,
+    pa: String,
+    pb: String,
+    pub laptop: Host,
+    pub w1: Host,
+    /// Kills the daemons and removes the fleets (before the hosts' directory goes).
+    pub cleanup: Fleets,
+    root: tempfile::TempDir,
+}
+
+impl Delegation {
+    /// The two fleets with their grants, and the two hosts' directories; nothing runs yet.
+    pub fn new(prefix: &str, nonce: u128) -> Delegation {
+        let (a, b) = (format!("{prefix}a{nonce}"), format!("{prefix}b{nonce}"));
+        let upper = prefix.to_uppercase();
+        let (pa, pb) = (format!("Pw{upper}A{nonce}x"), format!("Pw{upper}B{nonce}x"));
+        let cleanup = Fleets::new(&[&a, &b]);
+        // A's grants again once B's vhost exists (each binds the other's ingress).
+        grants(&a, &[&b], &pa);
+        grants(&b, &[&a], &pb);
+        grants(&a, &[&b], &pa);
+        let root = tempfile::tempdir().unwrap();
+        let (laptop, w1) = (
+            Host::new(root.path(), "laptop"),
+            Host::new(root.path(), "w1"),
+        );
+        Delegation {
+            a,
+            b,
+            pa,
+            pb,
+            laptop,
+            w1,
+            cleanup,
+            root,
+        }
+    }
+
+    /// Starts both daemons (w1's agents on `tmux`) and waits until the laptop's roster holds w1
+    /// and w1 is connected to the broker.
+    pub fn start(&mut self, tmux: &TmuxServer) {
+        let (a, b) = (&self.a, &self.b);
+        let (child, laptop_log) = self.laptop.start(a, &self.pa, &[b], &[(&self.w1, b)]);
+        self.cleanup.children.push(child);
+        let (child, w1_log) = self.w1.start_with(
+            b,
+            &self.pb,
+            &[a],
+            &[(&self.laptop, a)],
+            &tmux.config_line(),
+            "",
+        );
+        self.cleanup.children.push(child);
+        let mut seen = String::new();
+        wait_for(
+            &laptop_log,
+            &mut seen,
+            &["peer joined", "\"peer.host\":\"w1\""],
+            Duration::from_secs(30),
+        );
+        wait_for(
+            &w1_log,
+            &mut seen,
+            &["broker connected"],
+            Duration::from_secs(20),
+        );
+    }
+}
+
 /// A test fleet named PREFIX + a nonce with its grants applied; returns (nonce, fleet, password,
 /// clean-up guard).
 pub fn one_fleet(prefix: &str) -> (u128, String, String, Fleets) {
