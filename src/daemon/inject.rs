@@ -235,14 +235,7 @@ fn inject_round(ctx: &Injector, agent: Uuid, marks: &mut Marks) -> bool {
             })
         };
         if let Some(block) = reason {
-            hold(
-                courier,
-                &ctx.record,
-                &mut marks.blocked,
-                &message,
-                agent,
-                block,
-            );
+            hold(ctx, marks, &message, agent, block);
             return false;
         }
         clear = true;
@@ -269,14 +262,7 @@ fn inject_round(ctx: &Injector, agent: Uuid, marks: &mut Marks) -> bool {
                     reason,
                     prompt: None,
                 };
-                hold(
-                    courier,
-                    &ctx.record,
-                    &mut marks.blocked,
-                    &message,
-                    agent,
-                    block,
-                );
+                hold(ctx, marks, &message, agent, block);
                 return false;
             }
         }
@@ -307,14 +293,8 @@ fn inject_round(ctx: &Injector, agent: Uuid, marks: &mut Marks) -> bool {
 /// what was typed — is blocked, with the line for the operator, who may clear a prompt
 /// (`fleetd agent unblock`). Set before the hold is logged and audited (once per message), so
 /// that a roster read after the record says so.
-fn hold(
-    courier: &Courier,
-    record: &Recorder,
-    blocked: &mut HashSet<Uuid>,
-    message: &Held,
-    agent: Uuid,
-    block: Block,
-) {
+fn hold(ctx: &Injector, marks: &mut Marks, message: &Held, agent: Uuid, block: Block) {
+    let courier = &ctx.courier;
     let Block {
         status,
         reason,
@@ -326,9 +306,9 @@ fn hold(
     if let Some(line) = &prompt {
         courier.agents().set_prompt(agent, line);
     }
-    if blocked.insert(message.id) {
+    if marks.blocked.insert(message.id) {
         warn!(msg.id = %message.id, agent.id = %agent, %reason, "message held for its pane agent");
-        record(vec![(
+        (ctx.record)(vec![(
             "message.blocked",
             json!({"msg_id": message.id.to_string(), "agent": agent.to_string(), "reason": reason}),
         )]);
