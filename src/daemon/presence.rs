@@ -29,7 +29,8 @@ impl PresenceBook for Book {
     }
 
     fn next_beat(&self, leaving: bool) -> wire::PresenceBeat {
-        // A poisoned roster still beats: its own entry is rebuilt from the registry.
+        // A poisoned roster (a panic inside it) still beats what it holds: no reconnect of the
+        // link could heal the lock, so failing the beat would only make the link flap.
         let mut roster = self
             .roster
             .lock()
