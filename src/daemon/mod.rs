@@ -77,7 +77,9 @@ pub enum RunError {
     Api(#[source] crate::api::ApiError),
 }
 
-/// Runs until SIGTERM or SIGINT.
+/// Runs until SIGTERM or SIGINT, step by step: the local side stands on its own (agents,
+/// local sends, held messages, spawning, leads and the audit log work with or without a
+/// broker); the fabric joins it when a broker is configured.
 pub async fn run(
     config: Config,
     secrets: Vec<Resolved>,
@@ -85,81 +87,179 @@ pub async fn run(
     scrubber: Scrubber,
     sandbox: Enforced,
 ) -> Result<(), RunError> {
-    let (stop, stopped) = watch::channel(false);
-    let mut tasks = JoinSet::new();
     let listener = api::bind(&config.paths.runtime, config.socket_access).map_err(RunError::Api)?;
-    let broker = secrets.iter().find(|s| s.name.as_str() == BROKER_URI);
-    // The local side stands on its own: agents, local sends, held messages, spawning, leads and
-    // the audit log work with or without a broker.
-    let state = Arc::new(
-        StateStore::open(
-            &config.paths.state,
-            Limits {
-                max_held: config.broker.max_held,
-                ..Limits::default()
-            },
-        )
-        .map_err(RunError::State)?,
-    );
-    let audit =
-        Arc::new(Audit::open(&config.paths.state, scrubber.clone()).map_err(RunError::Audit)?);
-    let fabric = match broker {
-        Some(secret) => Some(Fabric::new(&config, &secrets, secret, &state)?),
-        None => {
-            info!("no broker configured: single-host mode (local agents only)");
-            None
-        }
+    let mut local = Local::open(&config, &secrets, &policy, &scrubber)?;
+    let mut tasks = Tasks::new();
+    keep_presence(&local, &mut tasks);
+    let gateway = start_gateway(&config, &secrets, &local, &policy, &scrubber, &mut tasks);
+    keep_house(&config, &local, &gateway, &mut tasks);
+    let link = join_broker(&config, &mut local, &gateway, &mut tasks)?;
+    let api_state = ApiState {
+        host: config.host.clone(),
+        roster: Arc::clone(&local.roster),
+        link: link.line(),
+        router: gateway,
+        scrubber: Some(scrubber.clone()),
+        sandbox: sandbox.to_string(),
+        operators: api::Operators {
+            me: rustix::process::geteuid().as_raw(),
+            group: config.operator_group.clone(),
+        },
     };
-    let courier = match &fabric {
-        Some(fabric) => Arc::clone(&fabric.courier),
-        None => Arc::new(
-            Courier::single_host(
-                config.fleet.as_deref().unwrap_or(SINGLE_HOST_FLEET),
-                &config.host,
-                Arc::clone(&state),
+    tasks.spawn(|stopped| api::serve(listener, api_state, stopped));
+    log_started(&config, &secrets, &policy);
+    let signals = Signals::install()?;
+    let status = || service_status(link.status.as_ref(), &local.roster, &sandbox);
+    serve_until_stopped(signals, &policy, &status).await;
+    tasks.stop().await;
+    link.close().await;
+    info!("fleetd stopped");
+    Ok(())
+}
+
+/// What every host has, broker or not: the state store, the audit log, the courier (with the
+/// fabric's key and checks when a broker is configured) and the roster.
+struct Local {
+    state: Arc<StateStore>,
+    audit: Arc<Audit>,
+    courier: Arc<Courier>,
+    roster: Arc<std::sync::Mutex<Roster>>,
+    fabric: Option<Fabric>,
+}
+
+impl Local {
+    /// Opens the state store and the audit log, and the fabric when a broker is configured.
+    fn open(
+        config: &Config,
+        secrets: &[Resolved],
+        policy: &PolicyHandle,
+        scrubber: &Scrubber,
+    ) -> Result<Local, RunError> {
+        let state = Arc::new(
+            StateStore::open(
+                &config.paths.state,
+                Limits {
+                    max_held: config.broker.max_held,
+                    ..Limits::default()
+                },
             )
             .map_err(RunError::State)?,
-        ),
-    };
-    courier.use_policy(policy.shared());
-    let roster = Arc::new(std::sync::Mutex::new(Roster::new(
-        HostId {
-            fleet: courier.me().fleet,
-            host: config.host.clone(),
-        },
-        config.roster,
-    )));
-    presence::announce(&courier, &roster);
-    tasks.spawn(presence::keep_roster(Arc::clone(&roster), stopped.clone()));
-    if fabric.is_none() {
-        // Without a broker link (which announces on every change), the roster still shows
-        // this host's agents as they are: `blocked` or `down` as soon as the injector says so.
-        tasks.spawn(presence::announce_changes(
-            Arc::clone(&courier),
-            Arc::clone(&roster),
-            stopped.clone(),
-        ));
+        );
+        let audit =
+            Arc::new(Audit::open(&config.paths.state, scrubber.clone()).map_err(RunError::Audit)?);
+        let fabric = match secrets.iter().find(|s| s.name.as_str() == BROKER_URI) {
+            Some(secret) => Some(Fabric::new(config, secrets, secret, &state)?),
+            None => {
+                info!("no broker configured: single-host mode (local agents only)");
+                None
+            }
+        };
+        let courier = match &fabric {
+            Some(fabric) => Arc::clone(&fabric.courier),
+            None => Arc::new(
+                Courier::single_host(
+                    config.fleet.as_deref().unwrap_or(SINGLE_HOST_FLEET),
+                    &config.host,
+                    Arc::clone(&state),
+                )
+                .map_err(RunError::State)?,
+            ),
+        };
+        courier.use_policy(policy.shared());
+        let roster = Arc::new(std::sync::Mutex::new(Roster::new(
+            HostId {
+                fleet: courier.me().fleet,
+                host: config.host.clone(),
+            },
+            config.roster,
+        )));
+        Ok(Local {
+            state,
+            audit,
+            courier,
+            roster,
+            fabric,
+        })
     }
-    let roster_view = Arc::clone(&roster);
-    let spawner = spawner(&config);
+}
+
+/// The daemon's tasks and the signal that stops them.
+struct Tasks {
+    set: JoinSet<()>,
+    stop: watch::Sender<bool>,
+}
+
+impl Tasks {
+    fn new() -> Tasks {
+        Tasks {
+            set: JoinSet::new(),
+            stop: watch::channel(false).0,
+        }
+    }
+
+    /// Starts the task `start` makes from the stop signal.
+    fn spawn<F>(&mut self, start: impl FnOnce(watch::Receiver<bool>) -> F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        self.set.spawn(start(self.stop.subscribe()));
+    }
+
+    /// Tells every task to stop and waits for them (5 s at most; the rest are aborted).
+    async fn stop(mut self) {
+        self.stop.send_replace(true);
+        let drained = tokio::time::timeout(Duration::from_secs(5), async {
+            while self.set.join_next().await.is_some() {}
+        })
+        .await;
+        if drained.is_err() {
+            warn!("tasks did not stop within 5 s; aborting them");
+            self.set.abort_all();
+        }
+    }
+}
+
+/// This host's agents in the roster from the start; without a broker link (which announces
+/// on every change) the roster still shows them as they are: `blocked` or `down` as soon as
+/// the injector says so.
+fn keep_presence(local: &Local, tasks: &mut Tasks) {
+    presence::announce(&local.courier, &local.roster);
+    let roster = Arc::clone(&local.roster);
+    tasks.spawn(|stopped| presence::keep_roster(roster, stopped));
+    if local.fabric.is_none() {
+        let (courier, roster) = (Arc::clone(&local.courier), Arc::clone(&local.roster));
+        tasks.spawn(|stopped| presence::announce_changes(courier, roster, stopped));
+    }
+}
+
+/// The gateway the local API asks, with the injector typing held messages into panes (when a
+/// multiplexer is reachable).
+fn start_gateway(
+    config: &Config,
+    secrets: &[Resolved],
+    local: &Local,
+    policy: &PolicyHandle,
+    scrubber: &Scrubber,
+    tasks: &mut Tasks,
+) -> Arc<gateway::Gateway> {
+    let spawner = spawner(config);
     let processes = Arc::new(gateway::Processes::default());
     if let Some(spawner) = &spawner {
-        tasks.spawn(inject::run(
-            Arc::clone(&courier),
+        let (courier, mux, typing) = (
+            Arc::clone(&local.courier),
             Arc::clone(spawner.mux()),
             Arc::clone(&processes),
-            policy.clone(),
-            scrubber.clone(),
-            recorder(Arc::clone(&audit)),
-            stopped.clone(),
-        ));
+        );
+        let (policy, scrubber) = (policy.clone(), scrubber.clone());
+        let record = recorder(Arc::clone(&local.audit));
+        tasks.spawn(|stopped| inject::run(courier, mux, typing, policy, scrubber, record, stopped));
     }
-    let gateway = Arc::new(gateway::Gateway {
-        courier: Arc::clone(&courier),
-        roster: Arc::clone(&roster),
+    Arc::new(gateway::Gateway {
+        courier: Arc::clone(&local.courier),
+        roster: Arc::clone(&local.roster),
         spawner,
         policy: policy.clone(),
-        record: recorder(Arc::clone(&audit)),
+        record: recorder(Arc::clone(&local.audit)),
         scrubber: scrubber.clone(),
         socket: config.paths.runtime.join(api::SOCKET),
         env_secrets: secrets
@@ -169,152 +269,213 @@ pub async fn run(
                 _ => None,
             })
             .collect(),
-        processes: Arc::clone(&processes),
+        processes,
         failing: std::sync::Mutex::new(None),
+    })
+}
+
+/// The periodic work: gone agents' tokens revoked (every 2 s), expired state pruned, leads
+/// kept running.
+fn keep_house(config: &Config, local: &Local, gateway: &Arc<gateway::Gateway>, tasks: &mut Tasks) {
+    let sweeping = Arc::clone(gateway);
+    tasks.spawn(|stopped| {
+        every(Duration::from_secs(2), stopped, move || {
+            sweeping.sweep_agents();
+        })
     });
-    let sweeping = Arc::clone(&gateway);
-    tasks.spawn(every(Duration::from_secs(2), stopped.clone(), move || {
-        sweeping.sweep_agents();
-    }));
     // The replay cache, the dedupe records and old delivery records are kept only as long as
     // they can matter (an envelope's life plus the skew; `dedupe_retention`): pruned at start and
     // every ten minutes, so the store does not grow with every message ever seen.
-    let pruning = Arc::clone(&state);
-    tasks.spawn(every(PRUNE_EVERY, stopped.clone(), move || {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-        match pruning.prune(now) {
-            Ok(pruned) if pruned.replay + pruned.dedupe + pruned.delivery > 0 => {
-                info!(
-                    state.replay = pruned.replay,
-                    state.dedupe = pruned.dedupe,
-                    state.delivery = pruned.delivery,
-                    "expired state pruned"
-                );
-            }
-            Ok(_) => {}
-            Err(error) => warn!(%error, "cannot prune expired state; it is retried"),
+    let pruning = Arc::clone(&local.state);
+    tasks.spawn(|stopped| every(PRUNE_EVERY, stopped, move || prune(&pruning)));
+    let (leading, leads) = (Arc::clone(gateway), config.leads.clone());
+    tasks.spawn(|stopped| leads::supervise(leading, leads, stopped));
+}
+
+/// Prunes expired replay, dedupe and delivery records.
+fn prune(state: &StateStore) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    match state.prune(now) {
+        Ok(pruned) if pruned.replay + pruned.dedupe + pruned.delivery > 0 => {
+            info!(
+                state.replay = pruned.replay,
+                state.dedupe = pruned.dedupe,
+                state.delivery = pruned.delivery,
+                "expired state pruned"
+            );
         }
-    }));
-    tasks.spawn(leads::supervise(
-        Arc::clone(&gateway),
-        config.leads.clone(),
-        stopped.clone(),
-    ));
-    // The link's audit writer, finished (everything it was given on disk) before the exit.
-    let mut link_audit = None;
-    let link_status = match fabric {
-        Some(fabric) => {
-            // Spawn requests from other hosts: served as soon as one is held; the tick is the
-            // safety net.
-            let serving = Arc::clone(&gateway);
-            tasks.spawn(on_arrival(
-                Some(courier.arrivals().watch_shelf(crate::mailbox::Shelf::Spawn)),
-                Duration::from_secs(1),
-                stopped.clone(),
-                move || {
-                    serving.serve_spawn_requests();
-                },
-            ));
-            // The link records a window's decisions after acknowledging it; its next window
-            // does not wait for the audit's disk sync.
-            let writer = Background::start(Arc::clone(&audit), |error| {
-                tracing::error!(%error, "cannot write the audit log");
-            })
-            .map_err(|source| {
-                RunError::Audit(AuditError::Io {
-                    path: config.paths.state.join(crate::audit::FILE),
-                    source,
-                })
-            })?;
-            let writer = Arc::new(writer);
-            link_audit = Some(Arc::clone(&writer));
-            let presence = Arc::new(Presence {
-                book: Arc::new(presence::Book {
-                    roster,
-                    courier: Arc::clone(&courier),
-                }),
-                key: fabric.key,
-                fleet: courier.me().fleet,
-                beat_ttl: config.roster.suspect_after,
-                last_beat: std::sync::Mutex::new(None),
-                record: background_recorder(writer),
-            });
-            let (status, receiver) = watch::channel(LinkStatus::Starting);
-            tasks.spawn(link::supervise(
-                fabric.uri,
-                fabric.settings,
-                fabric.inbound,
-                presence,
-                courier,
-                status,
-                stopped.clone(),
-            ));
-            Some(receiver)
-        }
-        None => None,
-    };
-    let api_state = ApiState {
-        host: config.host.clone(),
-        roster: Arc::clone(&roster_view),
-        link: link_status
+        Ok(_) => {}
+        Err(error) => warn!(%error, "cannot prune expired state; it is retried"),
+    }
+}
+
+/// The broker side, when there is one: its link's status and the audit writer it records
+/// through (finished — everything it was given on disk — before the exit).
+struct Link {
+    status: Option<watch::Receiver<LinkStatus>>,
+    audit: Option<Arc<Background>>,
+}
+
+impl Link {
+    /// The link's status line for the local API.
+    fn line(&self) -> Option<api::LinkLine> {
+        self.status
             .clone()
-            .map(|status| Arc::new(move || status.borrow().to_string()) as api::LinkLine),
-        router: gateway,
-        scrubber: Some(scrubber.clone()),
-        sandbox: sandbox.to_string(),
-        operators: api::Operators {
-            me: rustix::process::geteuid().as_raw(),
-            group: config.operator_group.clone(),
-        },
+            .map(|status| Arc::new(move || status.borrow().to_string()) as api::LinkLine)
+    }
+
+    /// Waits for the audit writer to finish and logs how the link ended.
+    async fn close(self) {
+        if let Some(writer) = self.audit {
+            let _ = tokio::task::spawn_blocking(move || writer.finish()).await;
+        }
+        if let Some(status) = self.status {
+            info!(broker.status = %*status.borrow(), "broker link closed");
+        }
+    }
+}
+
+/// Joins the broker when one is configured: serves spawn requests from other hosts as soon
+/// as one is held, and runs the link (reconnecting) with this host's presence.
+fn join_broker(
+    config: &Config,
+    local: &mut Local,
+    gateway: &Arc<gateway::Gateway>,
+    tasks: &mut Tasks,
+) -> Result<Link, RunError> {
+    let Some(fabric) = local.fabric.take() else {
+        return Ok(Link {
+            status: None,
+            audit: None,
+        });
     };
+    // Spawn requests from other hosts: served as soon as one is held; the tick is the safety
+    // net.
+    let serving = Arc::clone(gateway);
+    let requests = local
+        .courier
+        .arrivals()
+        .watch_shelf(crate::mailbox::Shelf::Spawn);
+    tasks.spawn(|stopped| {
+        on_arrival(Some(requests), Duration::from_secs(1), stopped, move || {
+            serving.serve_spawn_requests();
+        })
+    });
+    // The link records a window's decisions after acknowledging it; its next window does not
+    // wait for the audit's disk sync.
+    let writer = Background::start(Arc::clone(&local.audit), |error| {
+        tracing::error!(%error, "cannot write the audit log");
+    })
+    .map_err(|source| {
+        RunError::Audit(AuditError::Io {
+            path: config.paths.state.join(crate::audit::FILE),
+            source,
+        })
+    })?;
+    let writer = Arc::new(writer);
+    let presence = Arc::new(Presence {
+        book: Arc::new(presence::Book {
+            roster: Arc::clone(&local.roster),
+            courier: Arc::clone(&local.courier),
+        }),
+        key: fabric.key,
+        fleet: local.courier.me().fleet,
+        beat_ttl: config.roster.suspect_after,
+        last_beat: std::sync::Mutex::new(None),
+        record: background_recorder(Arc::clone(&writer)),
+    });
+    let (status, receiver) = watch::channel(LinkStatus::Starting);
+    let courier = Arc::clone(&local.courier);
+    tasks.spawn(|stopped| {
+        link::supervise(
+            fabric.uri,
+            fabric.settings,
+            fabric.inbound,
+            presence,
+            courier,
+            status,
+            stopped,
+        )
+    });
+    Ok(Link {
+        status: Some(receiver),
+        audit: Some(writer),
+    })
+}
+
+/// What the journal says once everything runs: the process hardening, each secret's name and
+/// source (never its value), the socket, the policy, and `fleetd ready`.
+fn log_started(config: &Config, secrets: &[Resolved], policy: &PolicyHandle) {
     let (dumpable, core_limit) = hardening_state();
     info!(
         process.dumpable = dumpable,
         process.core_limit = core_limit.map_or("unlimited".to_owned(), |l| l.to_string()),
         "process hardening"
     );
-    for secret in &secrets {
+    for secret in secrets {
         info!(secret.name = %secret.name, secret.source = %secret.source, "secret loaded");
     }
     info!(api.socket = %config.paths.runtime.join(api::SOCKET).display(), "local api listening");
-    tasks.spawn(api::serve(listener, api_state, stopped.clone()));
     policy.log_loaded();
-    let mut terminate = signal(SignalKind::terminate()).map_err(RunError::Signals)?;
-    let mut hangup = signal(SignalKind::hangup()).map_err(RunError::Signals)?;
-    let mut interrupt = signal(SignalKind::interrupt()).map_err(RunError::Signals)?;
     info!(
         host = %config.host,
         fleet = config.fleet.as_deref().unwrap_or("-"),
         config = %config.file.as_ref().map_or("embedded defaults".to_owned(), |p| p.display().to_string()),
         "fleetd ready"
     );
+}
+
+/// The signals fleetd answers: SIGTERM and SIGINT stop it, SIGHUP reloads the policy.
+struct Signals {
+    terminate: tokio::signal::unix::Signal,
+    interrupt: tokio::signal::unix::Signal,
+    hangup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> Result<Signals, RunError> {
+        let install = |kind| signal(kind).map_err(RunError::Signals);
+        Ok(Signals {
+            terminate: install(SignalKind::terminate())?,
+            interrupt: install(SignalKind::interrupt())?,
+            hangup: install(SignalKind::hangup())?,
+        })
+    }
+}
+
+/// Tells the service manager fleetd is ready, pings its watchdog with a status line, and
+/// reloads the policy on SIGHUP, until SIGTERM or SIGINT; then says it is stopping.
+async fn serve_until_stopped(
+    mut signals: Signals,
+    policy: &PolicyHandle,
+    status: &dyn Fn() -> String,
+) {
     let notifier = notify::Notifier::from_env();
-    let status_text = || service_status(link_status.as_ref(), &roster_view, &sandbox);
-    notifier.ready(&status_text());
+    notifier.ready(&status());
     // The watchdog is pinged from this loop: if it stops turning, systemd restarts fleetd.
     let period = notifier
         .watchdog_interval()
-        .unwrap_or(std::time::Duration::from_secs(5))
-        .min(std::time::Duration::from_secs(5));
+        .unwrap_or(Duration::from_secs(5))
+        .min(Duration::from_secs(5));
     let mut heartbeat = tokio::time::interval(period);
     heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = heartbeat.tick() => {
                 notifier.watchdog();
-                notifier.status(&status_text());
+                notifier.status(&status());
             }
-            _ = terminate.recv() => {
+            _ = signals.terminate.recv() => {
                 info!("received SIGTERM");
                 break;
             }
-            _ = interrupt.recv() => {
+            _ = signals.interrupt.recv() => {
                 info!("received SIGINT");
                 break;
             }
-            _ = hangup.recv() => {
+            _ = signals.hangup.recv() => {
                 info!("received SIGHUP: reloading the policy");
                 let handle = policy.clone();
                 // Reading and compiling policy files is blocking work.
@@ -323,23 +484,6 @@ pub async fn run(
         }
     }
     notifier.stopping();
-    stop.send_replace(true);
-    let drained = tokio::time::timeout(std::time::Duration::from_secs(5), async {
-        while tasks.join_next().await.is_some() {}
-    })
-    .await;
-    if drained.is_err() {
-        warn!("tasks did not stop within 5 s; aborting them");
-        tasks.abort_all();
-    }
-    if let Some(writer) = link_audit {
-        let _ = tokio::task::spawn_blocking(move || writer.finish()).await;
-    }
-    if let Some(status) = link_status {
-        info!(broker.status = %*status.borrow(), "broker link closed");
-    }
-    info!("fleetd stopped");
-    Ok(())
 }
 
 /// The fleet name a host without `fleet` and without a broker shows in its roster and on its
