@@ -288,12 +288,7 @@ mod herdr {
             &json!({"origin": {"fleet": "f", "host": "h"}, "profile": profile}),
         )
         .unwrap();
-        spawner.spawn(
-            policy,
-            &request,
-            &|_| Err("no secrets here".to_owned()),
-            &[],
-        )
+        spawner.spawn(policy, &request, &|_| Err("no secrets here".into()), &[])
     }
 
     fn started(outcome: fleetd::spawn::Outcome) -> PaneId {

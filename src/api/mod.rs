@@ -252,7 +252,7 @@ impl Caller {
 /// What `caller` may ask: the operator anything; an agent only to act as itself — send as
 /// itself, pull and acknowledge its own held messages, follow the messages it sent, read the
 /// roster. Returns the request as the agent may make it (its own id filled in), or why not.
-pub fn scope(caller: Caller, request: Request) -> Result<Request, String> {
+pub fn scope(caller: Caller, request: Request) -> Result<Request, ScopeError> {
     let Caller::Agent(me) = caller else {
         return Ok(request);
     };
@@ -260,18 +260,14 @@ pub fn scope(caller: Caller, request: Request) -> Result<Request, String> {
         // A spawn goes on to the gateway, which checks the agent profile's `may_spawn`.
         Request::Roster {} | Request::HeldAck { .. } | Request::Delivery { .. } => Ok(request),
         Request::Spawn(ask) => match ask.for_agent {
-            Some(other) if other != me => Err(format!(
-                "an agent spawns for itself: `for` {other} is not {me}"
-            )),
+            Some(other) if other != me => Err(ScopeError::SpawnFor { other, me }),
             _ => Ok(Request::Spawn(SpawnAsk {
                 for_agent: Some(me),
                 ..ask
             })),
         },
         Request::Send { to, text, from } => match from {
-            Some(from) if from != me => Err(format!(
-                "an agent sends as itself: `from` {from} is not {me}"
-            )),
+            Some(from) if from != me => Err(ScopeError::SendAs { from, me }),
             _ => Ok(Request::Send {
                 to,
                 text,
@@ -283,20 +279,46 @@ pub fn scope(caller: Caller, request: Request) -> Result<Request, String> {
             agent,
             wait_ms,
         } => match agent {
-            Some(agent) if agent != me => Err(format!(
-                "an agent pulls only its own held messages, not {agent}'s"
-            )),
+            Some(agent) if agent != me => Err(ScopeError::PullFor(agent)),
             _ => Ok(Request::HeldPull {
                 limit,
                 agent: Some(me),
                 wait_ms,
             }),
         },
-        Request::Status {} | Request::AgentOpen { .. } | Request::AgentUnblock { .. } => Err(
-            "this operation is the operator's: an agent token allows send, held.pull, held.ack, delivery, roster and the spawns its profile's `may_spawn` names"
-                .to_owned(),
-        ),
+        Request::Status {} | Request::AgentOpen { .. } | Request::AgentUnblock { .. } => {
+            Err(ScopeError::OperatorsOnly)
+        }
     }
+}
+
+/// Why an agent's token does not allow a request.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ScopeError {
+    /// A spawn for another agent.
+    #[error("an agent spawns for itself: `for` {other} is not {me}")]
+    SpawnFor {
+        /// The agent named.
+        other: Uuid,
+        /// The token's agent.
+        me: Uuid,
+    },
+    /// A send as another agent.
+    #[error("an agent sends as itself: `from` {from} is not {me}")]
+    SendAs {
+        /// The agent named.
+        from: Uuid,
+        /// The token's agent.
+        me: Uuid,
+    },
+    /// A pull of another agent's held messages.
+    #[error("an agent pulls only its own held messages, not {0}'s")]
+    PullFor(Uuid),
+    /// An operation only the operator may ask.
+    #[error(
+        "this operation is the operator's: an agent token allows send, held.pull, held.ack, delivery, roster and the spawns its profile's `may_spawn` names"
+    )]
+    OperatorsOnly,
 }
 
 /// Puts each note (`why`) on its agent's roster entry.
@@ -345,7 +367,7 @@ fn answer(call: Call, state: &ApiState, peer: Peer, class: PeerClass) -> Value {
     let request = match scope(caller, call.request) {
         Ok(request) => request,
         Err(reason) => {
-            router.refused(caller.agent(), peer.uid, op, &reason);
+            router.refused(caller.agent(), peer.uid, op, &reason.to_string());
             return json!({"error": format!("refused: {reason}")});
         }
     };
@@ -513,9 +535,15 @@ mod tests {
         // Filled in with its own id, or refused when it names another.
         assert_eq!(scope(agent, send(None)), Ok(send(Some(me))));
         assert_eq!(scope(agent, send(Some(me))), Ok(send(Some(me))));
-        assert!(scope(agent, send(Some(other))).is_err_and(|e| e.contains("sends as itself")));
+        assert_eq!(
+            scope(agent, send(Some(other))),
+            Err(ScopeError::SendAs { from: other, me })
+        );
         assert_eq!(scope(agent, pull(None)), Ok(pull(Some(me))));
-        assert!(scope(agent, pull(Some(other))).is_err_and(|e| e.contains("its own held")));
+        assert_eq!(
+            scope(agent, pull(Some(other))),
+            Err(ScopeError::PullFor(other))
+        );
         // Passed through (the gateway scopes acknowledgements and deliveries to the agent, and
         // checks a spawn against its profile's `may_spawn`).
         for allowed in [
@@ -533,14 +561,21 @@ mod tests {
             })
         };
         assert_eq!(scope(agent, spawn(None)), Ok(spawn(Some(me))));
-        assert!(scope(agent, spawn(Some(other))).is_err_and(|e| e.contains("spawns for itself")));
+        assert_eq!(
+            scope(agent, spawn(Some(other))),
+            Err(ScopeError::SpawnFor { other, me })
+        );
         for refused in [
             Request::Status {},
             Request::AgentOpen {
                 name: "primary".to_owned(),
             },
         ] {
-            assert!(scope(agent, refused.clone()).is_err(), "{refused:?}");
+            assert_eq!(
+                scope(agent, refused.clone()),
+                Err(ScopeError::OperatorsOnly),
+                "{refused:?}"
+            );
         }
         // The operator's requests are unchanged.
         for request in [send(Some(other)), pull(Some(other)), Request::Status {}] {

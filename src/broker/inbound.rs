@@ -70,7 +70,7 @@ pub enum InboundRefusal {
     },
     /// The properties or headers do not form an envelope.
     #[error("not a fleetd envelope: {0}")]
-    Malformed(String),
+    Malformed(super::envelope::EnvelopeError),
     /// The envelope failed verification.
     #[error("{0}")]
     Envelope(#[from] Refusal),
@@ -133,10 +133,9 @@ impl Inbound {
     ) -> Result<(Meta, PresenceBeat), InboundRefusal> {
         match self.authentic(exchange, properties, body, now_ms)? {
             (meta, Payload::PresenceBeat(beat)) => Ok((meta, beat)),
-            (meta, _) => Err(InboundRefusal::Malformed(format!(
-                "`{}` on the roster queue",
-                meta.kind.as_str()
-            ))),
+            (meta, _) => Err(InboundRefusal::Malformed(
+                super::envelope::EnvelopeError::OffQueue(meta.kind.as_str()),
+            )),
         }
     }
 

@@ -286,25 +286,45 @@ async fn apply_grants(
 }
 
 /// The password from a file (one trailing newline dropped) or one line of stdin.
-fn read_password(file: Option<&Path>) -> Result<SecretString, String> {
+fn read_password(file: Option<&Path>) -> Result<SecretString, PasswordError> {
     let mut text = Zeroizing::new(String::new());
     match file {
         Some(path) => {
             std::fs::File::open(path)
                 .and_then(|mut f| f.read_to_string(&mut text))
-                .map_err(|e| format!("cannot read `{}`: {e}", path.display()))?;
+                .map_err(|source| PasswordError::File {
+                    path: path.to_path_buf(),
+                    source,
+                })?;
         }
         None => {
             std::io::stdin()
                 .read_line(&mut text)
-                .map_err(|e| format!("cannot read the password from stdin: {e}"))?;
+                .map_err(PasswordError::Stdin)?;
         }
     }
     let password = text.trim_end_matches(['\n', '\r']);
     if password.is_empty() {
-        return Err("the password is empty".to_owned());
+        return Err(PasswordError::Empty);
     }
     Ok(SecretString::from(password))
+}
+
+/// Why the broker user's password could not be read.
+#[derive(Debug, thiserror::Error)]
+enum PasswordError {
+    /// The password file.
+    #[error("cannot read `{}`: {source}", path.display())]
+    File {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    /// Standard input.
+    #[error("cannot read the password from stdin: {0}")]
+    Stdin(std::io::Error),
+    /// Nothing but a newline.
+    #[error("the password is empty")]
+    Empty,
 }
 
 /// Resolves and parses a broker URI secret; reports failures.

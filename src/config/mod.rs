@@ -286,7 +286,7 @@ static INSTANCE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
 /// Acts for unit instance `name` from now on (see [`instance`]); `Err` for a name systemd would
 /// not take as an instance, or when another one was set already.
-pub fn use_instance(name: &str) -> Result<(), String> {
+pub fn use_instance(name: &str) -> Result<(), InstanceError> {
     let valid = !name.is_empty()
         && name.len() <= 64
         && name
@@ -294,13 +294,22 @@ pub fn use_instance(name: &str) -> Result<(), String> {
             .all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c))
         && !name.starts_with('.');
     if !valid {
-        return Err(format!(
-            "`{name}` is not an instance name (1-64 of A-Z a-z 0-9 _ . -, as in fleetd@NAME)"
-        ));
+        return Err(InstanceError::Name(name.to_owned()));
     }
     INSTANCE
         .set(name.to_owned())
-        .map_err(|_| "an instance is set already".to_owned())
+        .map_err(|_| InstanceError::Set)
+}
+
+/// Why `--instance` cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum InstanceError {
+    /// Not a name systemd takes as an instance.
+    #[error("`{0}` is not an instance name (1-64 of A-Z a-z 0-9 _ . -, as in fleetd@NAME)")]
+    Name(String),
+    /// Another instance was set already.
+    #[error("an instance is set already")]
+    Set,
 }
 
 /// The unit instance the command line acts for, if any.

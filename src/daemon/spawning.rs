@@ -94,14 +94,13 @@ impl Gateway {
         };
         let owner_text = owner.to_string();
         let policy = self.policy.current();
-        let resolve = |reference: &SecretRef| {
+        let resolve = |reference: &SecretRef| -> Result<SecretString, Box<dyn std::error::Error + Send + Sync>> {
             let value = match reference {
-                SecretRef::Env(var) => self.env_secrets.get(var).cloned().ok_or_else(|| {
-                    format!(
-                        "`env:{var}` is not a secret this daemon read at start (declare it in \
-                         fleetd.toml: [secrets.NAME] env = \"{var}\")"
-                    )
-                })?,
+                SecretRef::Env(var) => self
+                    .env_secrets
+                    .get(var)
+                    .cloned()
+                    .ok_or_else(|| SecretError::NotReadAtStart(var.clone()))?,
                 other => secret_value(other)?,
             };
             // From now on no log line, audit record or reply can carry it.
@@ -422,19 +421,33 @@ fn failed_reply(request: Uuid, reason: String) -> SpawnReply {
     }
 }
 
-/// A profile's secret reference resolved on this host.
-fn secret_value(reference: &SecretRef) -> Result<SecretString, String> {
+/// Why a profile's secret reference has no value on this host. None carries a value.
+#[derive(Debug, thiserror::Error)]
+pub enum SecretError {
+    /// `env:VAR` names a variable the daemon did not read as a secret at start.
+    #[error(
+        "`env:{0}` is not a secret this daemon read at start (declare it in fleetd.toml: [secrets.NAME] env = \"{0}\")"
+    )]
+    NotReadAtStart(String),
+    /// The reference's name is not a secret name.
+    #[error(transparent)]
+    Name(#[from] crate::secret::NameError),
+    /// Its source could not be read.
+    #[error(transparent)]
+    Resolve(#[from] crate::secret::ResolveError),
+    /// No credential or keyring entry of that name is on this host.
+    #[error("`{0}` is not on this host")]
+    Absent(String),
+}
+
+/// A profile's credential or keyring secret resolved on this host (an `env:` one is the
+/// daemon's start-up secret, looked up by the caller).
+fn secret_value(reference: &SecretRef) -> Result<SecretString, SecretError> {
     let (keyring, name) = match reference {
         SecretRef::Credential(name) => (false, name),
         SecretRef::Keyring(name) => (true, name),
-        SecretRef::Env(var) => {
-            return Err(format!(
-                "`env:{var}` is resolved from the daemon's start-up secrets"
-            ));
-        }
+        SecretRef::Env(var) => return Err(SecretError::NotReadAtStart(var.clone())),
     };
-    let name = SecretName::new(name).map_err(|e| e.to_string())?;
-    lookup(keyring, &name)
-        .map_err(|e| e.to_string())?
-        .ok_or_else(|| format!("`{reference}` is not on this host"))
+    let name = SecretName::new(name)?;
+    lookup(keyring, &name)?.ok_or_else(|| SecretError::Absent(reference.to_string()))
 }

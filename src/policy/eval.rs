@@ -167,66 +167,142 @@ fn grant_admits(grant: &Grant, request: &Request) -> bool {
         && grant.profiles.contains(&request.profile)
 }
 
+/// Why a grant that names the origin and profile does not admit a request.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GrantRefusal {
+    /// The request sets a variable the profile fixes.
+    #[error("`{name}` is fixed by profile `{profile}`")]
+    Fixed {
+        /// The variable.
+        name: String,
+        /// The profile.
+        profile: String,
+    },
+    /// The request sets a dangerous variable the grant does not opt in to.
+    #[error("`{name}` is a dangerous variable (matches `{pattern}`) and the grant does not opt in")]
+    Dangerous {
+        /// The variable.
+        name: String,
+        /// The dangerous pattern it matches.
+        pattern: String,
+    },
+    /// The grant does not let requests set this variable.
+    #[error("`{0}` may not be set")]
+    NotAllowed(String),
+    /// The value is longer than the grant allows.
+    #[error("the value of `{name}` is longer than {max_len} bytes")]
+    TooLong {
+        /// The variable.
+        name: String,
+        /// The grant's limit.
+        max_len: usize,
+    },
+    /// The value does not match the grant's pattern.
+    #[error("the value of `{name}` does not match `{pattern}`")]
+    Mismatch {
+        /// The variable.
+        name: String,
+        /// The grant's pattern, as written.
+        pattern: String,
+    },
+    /// The request names a working directory and the grant does not allow it.
+    #[error("the grant does not let requests choose a working directory")]
+    Cwd,
+    /// The profile runs its `max_instances` already.
+    #[error("profile `{profile}` already runs {running} of {max} instances")]
+    Instances {
+        /// The profile.
+        profile: String,
+        /// How many run.
+        running: u32,
+        /// Its `max_instances`.
+        max: u32,
+    },
+    /// The origin's fleet runs the grant's `max_concurrent` already.
+    #[error("fleet `{fleet}` already runs {running} of {max} instances through it")]
+    Concurrent {
+        /// The origin's fleet.
+        fleet: String,
+        /// How many it runs through the grant.
+        running: u32,
+        /// The grant's `max_concurrent`.
+        max: u32,
+    },
+    /// The origin's fleet asked more often than the grant's `rate`.
+    #[error("rate limit: {count} requests per {per_secs} s")]
+    Rate {
+        /// Requests allowed per window.
+        count: u32,
+        /// The window, seconds.
+        per_secs: u64,
+    },
+}
+
 fn check_grant(
     grant: &Grant,
     profile: &Profile,
     request: &Request,
     usage: &dyn Usage,
-) -> Result<(), String> {
+) -> Result<(), GrantRefusal> {
     for (name, value) in &request.env {
         if profile.env.contains_key(name) || profile.secrets.contains_key(name) {
-            return Err(format!("`{name}` is fixed by profile `{}`", profile.name));
+            return Err(GrantRefusal::Fixed {
+                name: name.clone(),
+                profile: profile.name.clone(),
+            });
         }
         if let Some(pattern) = names::dangerous(name)
             && !grant.allow_dangerous.contains(name)
         {
-            return Err(format!(
-                "`{name}` is a dangerous variable (matches `{pattern}`) and the grant does not opt in"
-            ));
+            return Err(GrantRefusal::Dangerous {
+                name: name.clone(),
+                pattern: pattern.to_string(),
+            });
         }
         let Some(rule) = grant.env.get(name) else {
-            return Err(format!("`{name}` may not be set"));
+            return Err(GrantRefusal::NotAllowed(name.clone()));
         };
         if value.len() > rule.max_len {
-            return Err(format!(
-                "the value of `{name}` is longer than {} bytes",
-                rule.max_len
-            ));
+            return Err(GrantRefusal::TooLong {
+                name: name.clone(),
+                max_len: rule.max_len,
+            });
         }
         if !rule.pattern.is_match(value) {
-            return Err(format!(
-                "the value of `{name}` does not match `{}`",
-                rule.source
-            ));
+            return Err(GrantRefusal::Mismatch {
+                name: name.clone(),
+                pattern: rule.source.to_string(),
+            });
         }
     }
     if request.cwd.is_some() && !grant.cwd {
-        return Err("the grant does not let requests choose a working directory".to_owned());
+        return Err(GrantRefusal::Cwd);
     }
     let running = usage.running(&profile.name);
     if running >= profile.max_instances {
-        return Err(format!(
-            "profile `{}` already runs {running} of {} instances",
-            profile.name, profile.max_instances
-        ));
+        return Err(GrantRefusal::Instances {
+            profile: profile.name.clone(),
+            running,
+            max: profile.max_instances,
+        });
     }
     if let Some(max) = grant.max_concurrent {
         let mine = usage.running_through(&grant.id, &request.origin.fleet);
         if mine >= max {
-            return Err(format!(
-                "fleet `{}` already runs {mine} of {max} instances through it",
-                request.origin.fleet
-            ));
+            return Err(GrantRefusal::Concurrent {
+                fleet: request.origin.fleet.clone(),
+                running: mine,
+                max,
+            });
         }
     }
     if let Some(rate) = grant.rate {
         let recent = usage.recent_through(&grant.id, &request.origin.fleet, rate.per);
         if recent >= rate.count {
-            return Err(format!(
-                "rate limit: {} requests per {} s",
-                rate.count,
-                rate.per.as_secs()
-            ));
+            return Err(GrantRefusal::Rate {
+                count: rate.count,
+                per_secs: rate.per.as_secs(),
+            });
         }
     }
     Ok(())

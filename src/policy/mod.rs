@@ -30,7 +30,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 pub use diag::{Diagnostic, Severity, sarif_log, to_json, to_sarif, uri as sarif_uri};
-pub use eval::{Counts, DEFAULT_DENY, Decision, Effect, Usage, evaluate};
+pub use eval::{Counts, DEFAULT_DENY, Decision, Effect, GrantRefusal, Usage, evaluate};
 pub use message::{
     Ask, MessageRequest, NO_REMOTE_TEXT, SPAWNED, SPAWNER, Sender, evaluate_message,
 };

@@ -23,6 +23,7 @@ use toml::Spanned;
 use super::eval::{Counts, Effect, evaluate};
 use super::message::{Ask, evaluate_message};
 use super::model::PolicySet;
+use super::request::RequestError;
 
 /// What a case expects.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
@@ -34,6 +35,17 @@ pub enum Expect {
     Deny,
     /// The request is refused as malformed before any rule is consulted.
     Invalid,
+}
+
+impl Expect {
+    /// How a report names it.
+    pub fn word(self) -> &'static str {
+        match self {
+            Expect::Allow => "allow",
+            Expect::Deny => "deny",
+            Expect::Invalid => "invalid",
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -106,20 +118,59 @@ pub fn run(policy: &PolicySet, dir: &Path) -> std::io::Result<Report> {
     Ok(report)
 }
 
-fn check(policy: &PolicySet, case: &RawCase) -> Result<(), String> {
-    let json =
-        serde_json::to_value(&case.request).map_err(|e| format!("request cannot be read: {e}"))?;
+/// Why a policy test case failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CaseFailure {
+    /// The case's request cannot be read as JSON.
+    #[error("request cannot be read: {0}")]
+    Unreadable(#[source] serde_json::Error),
+    /// The request is refused as invalid for another field than the case expects.
+    #[error("expected field `{expected}` refused, got {got}")]
+    OtherField {
+        /// The field the case names.
+        expected: String,
+        /// What was refused.
+        got: RequestError,
+    },
+    /// The request is invalid and the case expected a decision.
+    #[error("the request is invalid: {0}")]
+    Invalid(RequestError),
+    /// The policy decided otherwise.
+    #[error("expected {}, got {} (rules: {}; {})", expected.word(), got.word(), rules.join(", "), reasons.join("; ").to_lowercase())]
+    Effect {
+        /// What the case expects.
+        expected: Expect,
+        /// What the policy decided.
+        got: Expect,
+        /// The rules that decided.
+        rules: Vec<String>,
+        /// Their reasons.
+        reasons: Vec<String>,
+    },
+    /// Another rule decided.
+    #[error("expected rule `{expected}`, decided by: {}", decided.join(", "))]
+    Rule {
+        /// The rule the case names.
+        expected: String,
+        /// The rules that decided.
+        decided: Vec<String>,
+    },
+}
+
+fn check(policy: &PolicySet, case: &RawCase) -> Result<(), CaseFailure> {
+    let json = serde_json::to_value(&case.request).map_err(CaseFailure::Unreadable)?;
     let request = match Ask::from_value(&json) {
         Ok(request) => request,
         Err(error) if case.expect == Expect::Invalid => {
             return match &case.rule {
-                Some(field) if *field != error.field => {
-                    Err(format!("expected field `{field}` refused, got {error}"))
-                }
+                Some(field) if *field != error.field => Err(CaseFailure::OtherField {
+                    expected: field.clone(),
+                    got: error,
+                }),
                 _ => Ok(()),
             };
         }
-        Err(error) => return Err(format!("the request is invalid: {error}")),
+        Err(error) => return Err(CaseFailure::Invalid(error)),
     };
     let decision = match &request {
         Ask::Spawn(request) => evaluate(policy, request, &case.usage),
@@ -129,33 +180,28 @@ fn check(policy: &PolicySet, case: &RawCase) -> Result<(), String> {
         Effect::Allow => Expect::Allow,
         Effect::Deny => Expect::Deny,
     };
+    let rules = || {
+        decision
+            .rules
+            .iter()
+            .map(|r| r.as_str().to_owned())
+            .collect()
+    };
     if effect != case.expect {
-        return Err(format!(
-            "expected {:?}, got {:?} (rules: {}; {})",
-            case.expect,
-            effect,
-            decision
-                .rules
-                .iter()
-                .map(|r| r.as_str())
-                .collect::<Vec<_>>()
-                .join(", "),
-            decision.reasons.join("; ")
-        )
-        .to_lowercase());
+        return Err(CaseFailure::Effect {
+            expected: case.expect,
+            got: effect,
+            rules: rules(),
+            reasons: decision.reasons.clone(),
+        });
     }
     if let Some(rule) = &case.rule
         && !decision.rules.iter().any(|r| r.as_str() == rule)
     {
-        return Err(format!(
-            "expected rule `{rule}`, decided by: {}",
-            decision
-                .rules
-                .iter()
-                .map(|r| r.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
+        return Err(CaseFailure::Rule {
+            expected: rule.clone(),
+            decided: rules(),
+        });
     }
     Ok(())
 }

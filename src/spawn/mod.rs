@@ -187,8 +187,20 @@ pub enum SandboxError {
     NotLinux,
 }
 
-/// Resolves a profile's secret reference to its value on this host.
-pub type Secrets<'a> = &'a dyn Fn(&SecretRef) -> Result<SecretString, String>;
+/// Resolves a profile's secret reference to its value on this host, or says why it cannot
+/// (the resolver's own error: the daemon's, which knows where secrets come from).
+pub type Secrets<'a> =
+    &'a dyn Fn(&SecretRef) -> Result<SecretString, Box<dyn std::error::Error + Send + Sync>>;
+
+/// A profile's secret has no value on this host: the launch fails before anything runs.
+#[derive(Debug, thiserror::Error)]
+#[error("secret for `{name}`: {source}")]
+pub struct SecretUnavailable {
+    /// The variable the secret was for.
+    pub name: String,
+    /// Why the resolver could not give it (never carries a value).
+    pub source: Box<dyn std::error::Error + Send + Sync>,
+}
 
 /// One host's spawner: its multiplexer and what it launched (for the policy's limits).
 pub struct Spawner {
@@ -278,7 +290,11 @@ impl Spawner {
         };
         let mut launch = match launch_of(&spec, secrets, identity, self.init.clone()) {
             Ok(launch) => launch,
-            Err(reason) => return Outcome::Failed { reason },
+            Err(error) => {
+                return Outcome::Failed {
+                    reason: error.to_string(),
+                };
+            }
         };
         match self.sandbox_of(policy, &spec, &launch) {
             Ok(plan) => launch.sandbox = plan,
@@ -577,10 +593,13 @@ fn launch_of(
     secrets: Secrets<'_>,
     identity: &[(&str, &SecretString)],
     init: Option<std::path::PathBuf>,
-) -> Result<Launch, String> {
+) -> Result<Launch, SecretUnavailable> {
     let mut env = spec.env.clone();
     for (name, reference) in &spec.secrets {
-        let value = secrets(reference).map_err(|e| format!("secret for `{name}`: {e}"))?;
+        let value = secrets(reference).map_err(|source| SecretUnavailable {
+            name: name.clone(),
+            source,
+        })?;
         #[expect(
             clippy::disallowed_methods,
             reason = "the value goes only into the pane's environment"

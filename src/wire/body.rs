@@ -200,61 +200,84 @@ impl Payload {
     }
 
     /// Decodes a body of `kind`; the caller has checked its size.
-    pub fn decode(kind: Kind, bytes: &[u8]) -> Result<Payload, String> {
+    pub fn decode(kind: Kind, bytes: &[u8]) -> Result<Payload, BodyError> {
         let version = serde_json::from_slice::<serde_json::Value>(bytes)
-            .map_err(|e| {
-                format!(
-                    "body is not JSON (line {}, column {})",
-                    e.line(),
-                    e.column()
-                )
+            .map_err(|e| BodyError::NotJson {
+                line: e.line(),
+                column: e.column(),
             })?
             .get("v")
             .and_then(serde_json::Value::as_u64);
         match version {
             Some(v) if v == u64::from(VERSION) => {}
-            Some(v) => {
-                return Err(format!(
-                    "unknown body version {v} (this build reads {VERSION})"
-                ));
-            }
-            None => return Err("body has no version `v`".to_owned()),
+            Some(v) => return Err(BodyError::Version(v)),
+            None => return Err(BodyError::NoVersion),
         }
-        let reason = |e: serde_json::Error| {
+        let shape = |e: serde_json::Error| {
             let text = e.to_string();
             // serde names the field (`unknown field `x``); drop the position suffix.
-            text.split(" at line")
-                .next()
-                .unwrap_or("invalid body")
-                .to_owned()
+            BodyError::Shape(
+                text.split(" at line")
+                    .next()
+                    .unwrap_or("invalid body")
+                    .to_owned(),
+            )
         };
         let payload = match kind {
             Kind::AgentMessage => {
-                Payload::AgentMessage(serde_json::from_slice(bytes).map_err(reason)?)
+                Payload::AgentMessage(serde_json::from_slice(bytes).map_err(shape)?)
             }
             Kind::SpawnRequest => {
-                Payload::SpawnRequest(serde_json::from_slice(bytes).map_err(reason)?)
+                Payload::SpawnRequest(serde_json::from_slice(bytes).map_err(shape)?)
             }
-            Kind::SpawnReply => Payload::SpawnReply(serde_json::from_slice(bytes).map_err(reason)?),
+            Kind::SpawnReply => Payload::SpawnReply(serde_json::from_slice(bytes).map_err(shape)?),
             Kind::PresenceBeat => {
-                Payload::PresenceBeat(serde_json::from_slice(bytes).map_err(reason)?)
+                Payload::PresenceBeat(serde_json::from_slice(bytes).map_err(shape)?)
             }
             Kind::DeliveryReceipt => {
-                Payload::DeliveryReceipt(serde_json::from_slice(bytes).map_err(reason)?)
+                Payload::DeliveryReceipt(serde_json::from_slice(bytes).map_err(shape)?)
             }
         };
         match &payload {
-            Payload::AgentMessage(m) if m.text.len() > MAX_TEXT => {
-                Err(format!("message text longer than {MAX_TEXT} bytes"))
-            }
+            Payload::AgentMessage(m) if m.text.len() > MAX_TEXT => Err(BodyError::TextTooLong),
             Payload::PresenceBeat(b) if b.agents.len() > MAX_AGENTS => {
-                Err(format!("more than {MAX_AGENTS} agents in one beat"))
+                Err(BodyError::TooManyAgents)
             }
-            Payload::DeliveryReceipt(r) if r.more.len() > MAX_RECEIPT_MORE => Err(format!(
-                "more than {} messages in one receipt",
-                MAX_RECEIPT_MORE + 1
-            )),
+            Payload::DeliveryReceipt(r) if r.more.len() > MAX_RECEIPT_MORE => {
+                Err(BodyError::TooManyReceipts)
+            }
             _ => Ok(payload),
         }
     }
+}
+
+/// Why a body does not decode.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BodyError {
+    /// Not JSON at all.
+    #[error("body is not JSON (line {line}, column {column})")]
+    NotJson {
+        /// Where the JSON broke: line.
+        line: usize,
+        /// Column.
+        column: usize,
+    },
+    /// A version this build does not read.
+    #[error("unknown body version {0} (this build reads {VERSION})")]
+    Version(u64),
+    /// No `v` field.
+    #[error("body has no version `v`")]
+    NoVersion,
+    /// JSON of the wrong shape for its kind (serde's words, without a position).
+    #[error("{0}")]
+    Shape(String),
+    /// A message's text over [`MAX_TEXT`].
+    #[error("message text longer than {MAX_TEXT} bytes")]
+    TextTooLong,
+    /// A beat with more than [`MAX_AGENTS`] agents.
+    #[error("more than {MAX_AGENTS} agents in one beat")]
+    TooManyAgents,
+    /// A receipt for more than `MAX_RECEIPT_MORE + 1` messages.
+    #[error("more than {} messages in one receipt", MAX_RECEIPT_MORE + 1)]
+    TooManyReceipts,
 }

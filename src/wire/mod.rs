@@ -15,8 +15,8 @@ mod tracked;
 mod tests;
 
 pub use body::{
-    AgentEntry, AgentMessage, DeliveryReceipt, DeliveryState, MAX_AGENTS, MAX_RECEIPT_MORE,
-    MAX_TEXT, Payload, PresenceBeat, SpawnOutcome, SpawnReply, SpawnRequest,
+    AgentEntry, AgentMessage, BodyError, DeliveryReceipt, DeliveryState, MAX_AGENTS,
+    MAX_RECEIPT_MORE, MAX_TEXT, Payload, PresenceBeat, SpawnOutcome, SpawnReply, SpawnRequest,
 };
 pub use key::{HostKey, KeyError, PinnedKeys, PublicKey};
 pub use seal::{

@@ -66,7 +66,7 @@ pub enum Refusal {
     Lifetime(i64),
     /// The body is malformed, of an unknown version, or has unknown fields.
     #[error("malformed body: {0}")]
-    Malformed(String),
+    Malformed(super::body::BodyError),
     /// The (key id, message id) pair was seen before.
     #[error("replayed envelope")]
     Replayed,
