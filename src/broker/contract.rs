@@ -20,7 +20,7 @@ use lapin::{BasicProperties, Channel, Confirmation, Connection, Consumer};
 
 use super::grants::split_host_user;
 use super::topology::{self, QueueType, SEND_EXCHANGE};
-use super::{ConnectError, confirm_channel, connect};
+use super::{AmqpError, ConnectError, confirm_channel, connect};
 use crate::secret::BrokerUri;
 
 /// The checks, in order.
@@ -45,8 +45,67 @@ pub const SIBLING_CHECK: &str = "a sibling host's queue and traffic refused";
 pub struct CheckResult {
     /// Which check.
     pub name: &'static str,
-    /// `Ok` for PASS, the reason for FAIL.
-    pub outcome: Result<(), String>,
+    /// `Ok` for PASS, what failed for FAIL.
+    pub outcome: Result<(), Finding>,
+}
+
+/// Why a check failed (against another fleet's vhost, every check must).
+#[derive(Debug, thiserror::Error)]
+pub enum Finding {
+    /// The connection could not be opened.
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
+    /// A broker call failed.
+    #[error(transparent)]
+    Broker(#[from] AmqpError),
+    /// The check got no answer in time.
+    #[error("no answer within {} s", .0.as_secs())]
+    NoAnswer(Duration),
+    /// The first check did not connect.
+    #[error("no connection to the vhost")]
+    NoConnection,
+    /// The connection opened, but for another fleet's user.
+    #[error(
+        "the connection opened, but `{user}` is not the fleet user of `{vhost}`: it may only publish into its ingress exchange"
+    )]
+    NotFleetUser {
+        /// The credential's user.
+        user: String,
+        /// The vhost.
+        vhost: String,
+    },
+    /// The broker answered a publish otherwise than the check requires.
+    #[error("expected {expected}, got {got}")]
+    Answer {
+        /// What the check requires.
+        expected: String,
+        /// What came.
+        got: &'static str,
+    },
+    /// A return came back for another message.
+    #[error("a message came back, but not the one published (matched by message id)")]
+    OtherReturn,
+    /// A message did not arrive.
+    #[error("message `{0}` did not arrive within 10 s")]
+    NotDelivered(String),
+    /// The consumer was cancelled while waiting.
+    #[error("the consumer was cancelled")]
+    Cancelled,
+    /// The ack was not sent.
+    #[error("the ack was not sent (channel closed or recovering)")]
+    AckNotSent,
+    /// The publish with the true `user_id` failed: the forged one proves nothing.
+    #[error("the control publish with the true user_id failed, so nothing is proven: {0}")]
+    ControlFailed(Box<Finding>),
+    /// A forged `user_id` was taken.
+    #[error("the broker accepted a message with a forged user_id")]
+    ForgedAccepted,
+    /// Refused, but not with `ACCESS_REFUSED`.
+    #[error("failed, but not for want of permission: {0}")]
+    NotForWantOfPermission(lapin::Error),
+    /// The credential did what a sibling check requires the broker to refuse.
+    #[error("{0}")]
+    Permitted(String),
 }
 
 /// Runs every check with `uri`'s credential against `vhost`, declaring its queues as
@@ -87,14 +146,14 @@ pub async fn run(
     for (index, name) in CHECKS.iter().enumerate() {
         let outcome = match tokio::time::timeout(STEP * 3, suite.check(index)).await {
             Ok(outcome) => outcome,
-            Err(_) => Err(format!("no answer within {} s", (STEP * 3).as_secs())),
+            Err(_) => Err(Finding::NoAnswer(STEP * 3)),
         };
         results.push(CheckResult { name, outcome });
     }
     if let Some(sibling) = sibling {
         let outcome = match tokio::time::timeout(STEP, suite.sibling_refused(sibling)).await {
             Ok(outcome) => outcome,
-            Err(_) => Err(format!("no answer within {} s", STEP.as_secs())),
+            Err(_) => Err(Finding::NoAnswer(STEP)),
         };
         results.push(CheckResult {
             name: SIBLING_CHECK,
@@ -119,7 +178,7 @@ struct Suite<'a> {
 }
 
 impl Suite<'_> {
-    async fn check(&mut self, index: usize) -> Result<(), String> {
+    async fn check(&mut self, index: usize) -> Result<(), Finding> {
         match index {
             0 => self.connect().await,
             1 => self.declare().await,
@@ -132,45 +191,33 @@ impl Suite<'_> {
         }
     }
 
-    async fn connect(&mut self) -> Result<(), String> {
-        let connection = connect(self.uri, Some(&self.vhost))
-            .await
-            .map_err(|e| e.to_string())?;
+    async fn connect(&mut self) -> Result<(), Finding> {
+        let connection = connect(self.uri, Some(&self.vhost)).await?;
         self.connection = Some(connection);
         let fleet_of_user =
             split_host_user(&self.uri.user).map_or(self.uri.user.as_str(), |(f, _)| f);
         if fleet_of_user != self.fleet {
-            return Err(format!(
-                "the connection opened, but `{}` is not the fleet user of `{}`: it may only publish into its ingress exchange",
-                self.uri.user, self.vhost
-            ));
+            return Err(Finding::NotFleetUser {
+                user: self.uri.user.clone(),
+                vhost: self.vhost.clone(),
+            });
         }
         Ok(())
     }
 
-    async fn channel(&self) -> Result<Channel, String> {
-        let connection = self
-            .connection
-            .as_ref()
-            .ok_or("no connection to the vhost")?;
-        let channel = confirm_channel(connection)
-            .await
-            .map_err(|e| e.to_string())?;
+    async fn channel(&self) -> Result<Channel, Finding> {
+        let connection = self.connection.as_ref().ok_or(Finding::NoConnection)?;
+        let channel = confirm_channel(connection).await?;
         channel
             .basic_qos(16, BasicQosOptions::default())
             .await
-            .map_err(|e| format!("qos: {e}"))?;
+            .map_err(AmqpError::failed("qos"))?;
         Ok(channel)
     }
 
-    async fn declare(&self) -> Result<(), String> {
-        let connection = self
-            .connection
-            .as_ref()
-            .ok_or("no connection to the vhost")?;
-        let exchanges = topology::ensure_exchanges(connection, &self.host)
-            .await
-            .map_err(|e| e.to_string())?;
+    async fn declare(&self) -> Result<(), Finding> {
+        let connection = self.connection.as_ref().ok_or(Finding::NoConnection)?;
+        let exchanges = topology::ensure_exchanges(connection, &self.host).await?;
         let _ = exchanges.close(200, "exchanges there".into()).await;
         let channel = self.channel().await?;
         declare_inbox(
@@ -182,7 +229,7 @@ impl Suite<'_> {
         .await
     }
 
-    async fn publish_confirmed(&self) -> Result<(), String> {
+    async fn publish_confirmed(&self) -> Result<(), Finding> {
         let channel = self.channel().await?;
         match publish(
             &channel,
@@ -193,23 +240,23 @@ impl Suite<'_> {
         .await?
         {
             Confirmation::Ack(None) => Ok(()),
-            other => Err(format!("expected a plain ack, got {}", describe(&other))),
+            other => Err(Finding::answer("a plain ack", &other)),
         }
     }
 
-    async fn consume_and_ack(&self) -> Result<(), String> {
+    async fn consume_and_ack(&self) -> Result<(), Finding> {
         let channel = self.channel().await?;
         let mut consumer = consume(&channel, &self.inbox, "contract-a").await?;
         let wanted = format!("m1-{}", self.nonce);
         let delivery = next_with_id(&mut consumer, &wanted).await?;
         match delivery.ack(BasicAckOptions::default()).await {
             Ok(true) => Ok(()),
-            Ok(false) => Err("the ack was not sent (channel closed or recovering)".to_owned()),
-            Err(e) => Err(format!("ack: {e}")),
+            Ok(false) => Err(Finding::AckNotSent),
+            Err(e) => Err(AmqpError::failed("ack")(e).into()),
         }
     }
 
-    async fn mandatory_return(&self) -> Result<(), String> {
+    async fn mandatory_return(&self) -> Result<(), Finding> {
         let channel = self.channel().await?;
         let id = format!("m2-{}", self.nonce);
         match publish(
@@ -230,20 +277,14 @@ impl Suite<'_> {
                 if got.as_deref() == Some(id.as_str()) {
                     Ok(())
                 } else {
-                    Err(
-                        "a message came back, but not the one published (matched by message id)"
-                            .to_owned(),
-                    )
+                    Err(Finding::OtherReturn)
                 }
             }
-            other => Err(format!(
-                "expected a return with an ack, got {}",
-                describe(&other)
-            )),
+            other => Err(Finding::answer("a return with an ack", &other)),
         }
     }
 
-    async fn reject_publish(&self) -> Result<(), String> {
+    async fn reject_publish(&self) -> Result<(), Finding> {
         let channel = self.channel().await?;
         let key = topology::agent_key(&self.host, &format!("contract-full-{}", self.nonce));
         declare_inbox(&channel, (&self.host, &self.full, &key), self.queue_type, 1).await?;
@@ -262,11 +303,11 @@ impl Suite<'_> {
             )
             .await?;
             if !matches!(answer, Confirmation::Ack(None)) {
-                return Err(format!(
-                    "message {n} of {fits} should fit a {queue_type:?} inbox of length 1, got {}",
-                    describe(&answer),
-                    queue_type = self.queue_type
-                ));
+                let expected = format!(
+                    "message {n} of {fits} to fit a {:?} inbox of length 1",
+                    self.queue_type
+                );
+                return Err(Finding::answer(&expected, &answer));
             }
         }
         match publish(
@@ -278,29 +319,29 @@ impl Suite<'_> {
         .await?
         {
             Confirmation::Nack(_) => Ok(()),
-            other => Err(format!(
-                "expected a nack from the full inbox, got {}",
-                describe(&other)
-            )),
+            other => Err(Finding::answer("a nack from the full inbox", &other)),
         }
     }
 
-    async fn single_active_consumer(&self) -> Result<(), String> {
-        let first = connect(self.uri, Some(&self.vhost))
+    async fn single_active_consumer(&self) -> Result<(), Finding> {
+        let first = connect(self.uri, Some(&self.vhost)).await?;
+        let second = connect(self.uri, Some(&self.vhost)).await?;
+        let open = AmqpError::failed;
+        let channel_a = first
+            .create_channel()
             .await
-            .map_err(|e| e.to_string())?;
-        let second = connect(self.uri, Some(&self.vhost))
+            .map_err(open("open a channel"))?;
+        let channel_b = second
+            .create_channel()
             .await
-            .map_err(|e| e.to_string())?;
-        let channel_a = first.create_channel().await.map_err(|e| e.to_string())?;
-        let channel_b = second.create_channel().await.map_err(|e| e.to_string())?;
+            .map_err(open("open a channel"))?;
         let _active = consume(&channel_a, &self.inbox, "contract-sac-a").await?;
         let mut standby = consume(&channel_b, &self.inbox, "contract-sac-b").await?;
         // The active consumer's connection dies; the standby must take over.
         first
             .close(320, "contract: active consumer goes away".into())
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(open("close the active consumer's connection"))?;
         let publisher = self.channel().await?;
         let id = format!("m3-{}", self.nonce);
         publish(&publisher, &self.key, &id, &self.uri.user).await?;
@@ -308,12 +349,12 @@ impl Suite<'_> {
         delivery
             .ack(BasicAckOptions::default())
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(open("ack"))?;
         let _ = second.close(200, "contract done".into()).await;
         Ok(())
     }
 
-    async fn forged_user_id(&self) -> Result<(), String> {
+    async fn forged_user_id(&self) -> Result<(), Finding> {
         let control = self.channel().await?;
         match publish(
             &control,
@@ -325,16 +366,12 @@ impl Suite<'_> {
         {
             Ok(Confirmation::Ack(None)) => {}
             Ok(other) => {
-                return Err(format!(
-                    "the control publish with the true user_id got {}",
-                    describe(&other)
+                return Err(Finding::answer(
+                    "an ack for the control publish with the true user_id",
+                    &other,
                 ));
             }
-            Err(e) => {
-                return Err(format!(
-                    "the control publish with the true user_id failed, so nothing is proven: {e}"
-                ));
-            }
+            Err(e) => return Err(Finding::ControlFailed(Box::new(e))),
         }
         let channel = self.channel().await?;
         match publish(
@@ -345,9 +382,7 @@ impl Suite<'_> {
         )
         .await
         {
-            Ok(Confirmation::Ack(_)) => {
-                Err("the broker accepted a message with a forged user_id".to_owned())
-            }
+            Ok(Confirmation::Ack(_)) => Err(Finding::ForgedAccepted),
             Ok(_) | Err(_) => Ok(()),
         }
     }
@@ -356,17 +391,14 @@ impl Suite<'_> {
     /// take that host's spawn requests and messages — and every binding that would put a copy
     /// of another host's traffic into a queue of its own: from `host.SIBLING` or from
     /// `fleet.send`, where all of the fleet's traffic passes. Each must be `ACCESS_REFUSED`.
-    async fn sibling_refused(&self, sibling: &str) -> Result<(), String> {
-        let connection = self
-            .connection
-            .as_ref()
-            .ok_or("no connection to the vhost")?;
+    async fn sibling_refused(&self, sibling: &str) -> Result<(), Finding> {
+        let connection = self.connection.as_ref().ok_or(Finding::NoConnection)?;
         // Each refusal closes its channel: one channel per attempt.
         let open = || async {
             connection
                 .create_channel()
                 .await
-                .map_err(|e| format!("open a channel: {e}"))
+                .map_err(AmqpError::failed("open a channel"))
         };
         let queue = format!("gw.{sibling}.ctl");
         let consumed = open()
@@ -425,11 +457,21 @@ impl Suite<'_> {
 
 /// Refused by the broker (`ACCESS_REFUSED`), as a sibling check requires; `done` says what the
 /// credential did instead.
-fn refused(attempt: lapin::Result<()>, done: impl FnOnce() -> String) -> Result<(), String> {
+fn refused(attempt: lapin::Result<()>, done: impl FnOnce() -> String) -> Result<(), Finding> {
     match attempt {
         Err(e) if e.to_string().contains("ACCESS_REFUSED") => Ok(()),
-        Err(e) => Err(format!("failed, but not for want of permission: {e}")),
-        Ok(()) => Err(done()),
+        Err(e) => Err(Finding::NotForWantOfPermission(e)),
+        Ok(()) => Err(Finding::Permitted(done())),
+    }
+}
+
+impl Finding {
+    /// The broker's answer `got` where the check requires `expected`.
+    fn answer(expected: &str, got: &Confirmation) -> Finding {
+        Finding::Answer {
+            expected: expected.to_owned(),
+            got: describe(got),
+        }
     }
 }
 
@@ -438,12 +480,10 @@ async fn declare_inbox(
     (host, queue, key): (&str, &str, &str),
     queue_type: QueueType,
     max_length: i64,
-) -> Result<(), String> {
+) -> Result<(), Finding> {
     let arguments = topology::inbox_arguments(queue_type, max_length);
     let exchange = topology::host_exchange(host);
-    topology::declare_bound_queue(channel, queue, &exchange, key, arguments)
-        .await
-        .map_err(|e| e.to_string())
+    Ok(topology::declare_bound_queue(channel, queue, &exchange, key, arguments).await?)
 }
 
 async fn publish(
@@ -451,7 +491,7 @@ async fn publish(
     key: &str,
     id: &str,
     user: &str,
-) -> Result<Confirmation, String> {
+) -> Result<Confirmation, Finding> {
     let properties = BasicProperties::default()
         .with_delivery_mode(2)
         .with_message_id(ShortString::from(id))
@@ -470,14 +510,17 @@ async fn publish(
             properties,
         )
         .await
-        .map_err(|e| format!("publish: {e}"))?;
-    tokio::time::timeout(STEP, confirm)
+        .map_err(AmqpError::failed("publish"))?;
+    let confirmed = tokio::time::timeout(STEP, confirm)
         .await
-        .map_err(|_| "no confirm within 10 s".to_owned())?
-        .map_err(|e| format!("publish refused: {e}"))
+        .map_err(|_| AmqpError::Timeout {
+            what: "a publisher confirm".to_owned(),
+            after: STEP,
+        })?;
+    Ok(confirmed.map_err(AmqpError::failed("publish (refused)"))?)
 }
 
-async fn consume(channel: &Channel, queue: &str, tag: &str) -> Result<Consumer, String> {
+async fn consume(channel: &Channel, queue: &str, tag: &str) -> Result<Consumer, Finding> {
     channel
         .basic_consume(
             queue.into(),
@@ -486,22 +529,22 @@ async fn consume(channel: &Channel, queue: &str, tag: &str) -> Result<Consumer, 
             FieldTable::default(),
         )
         .await
-        .map_err(|e| format!("consume `{queue}`: {e}"))
+        .map_err(|e| AmqpError::failed(format!("consume `{queue}`"))(e).into())
 }
 
 async fn next_with_id(
     consumer: &mut Consumer,
     id: &str,
-) -> Result<lapin::message::Delivery, String> {
+) -> Result<lapin::message::Delivery, Finding> {
     let deadline = tokio::time::Instant::now() + STEP;
     loop {
         let next = tokio::time::timeout_at(deadline, consumer.next())
             .await
-            .map_err(|_| format!("message `{id}` did not arrive within 10 s"))?;
+            .map_err(|_| Finding::NotDelivered(id.to_owned()))?;
         let delivery = match next {
             Some(Ok(delivery)) => delivery,
-            Some(Err(e)) => return Err(format!("consume: {e}")),
-            None => return Err("the consumer was cancelled".to_owned()),
+            Some(Err(e)) => return Err(AmqpError::failed("consume")(e).into()),
+            None => return Err(Finding::Cancelled),
         };
         let got = delivery
             .properties

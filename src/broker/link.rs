@@ -20,7 +20,7 @@ use tokio::task::JoinSet;
 use tracing::{debug, error, info, warn};
 
 use super::connect::WRITE_TIMEOUT;
-use super::deliver::{Courier, Outlets, Pump};
+use super::deliver::{Courier, Outlets, Pump, PumpError};
 use super::envelope;
 use super::inbound::{Inbound, InboundRefusal};
 use super::topology::{self, QueueType, ROSTER_EXCHANGE};
@@ -348,11 +348,43 @@ struct Served<'a> {
 /// A delivery from any consumer, or the end of one (a broker cancel).
 type Forwarded = Result<Delivery, AmqpError>;
 
+/// Why a served connection ended (the link reconnects with backoff).
+#[derive(Debug, thiserror::Error)]
+enum LinkLost {
+    /// A consumer, channel or call on the connection failed.
+    #[error(transparent)]
+    Amqp(#[from] AmqpError),
+    /// Publishing failed and the connection is gone.
+    #[error(transparent)]
+    Pump(#[from] PumpError),
+    /// A publisher confirm was lost and the connection is gone.
+    #[error("publisher confirm lost: {0}")]
+    ConfirmLost(PumpError),
+    /// The publishing channel closed and the connection is gone.
+    #[error("the publishing channel closed")]
+    PublishingClosed,
+    /// The roster consumer failed.
+    #[error("the roster consumer: {0}")]
+    Roster(lapin::Error),
+    /// The broker cancelled the roster consumer.
+    #[error("the broker cancelled the roster consumer")]
+    RosterCancelled,
+    /// Every consumer's stream ended.
+    #[error("every consumer ended")]
+    ConsumersEnded,
+    /// The connection reported an error.
+    #[error(transparent)]
+    Connection(lapin::Error),
+    /// The connection's events ended.
+    #[error("the connection ended")]
+    Ended,
+}
+
 impl Served<'_> {
     /// Consumes the control queue and every local agent's inbox, publishes the outbox and this
     /// host's beats, until the connection fails or a consumer is cancelled (`Some(reason)`:
     /// reconnect, re-declare, re-consume) or the stop signal arrives (`None`).
-    async fn serve(&self, stop: &mut watch::Receiver<bool>) -> Option<String> {
+    async fn serve(&self, stop: &mut watch::Receiver<bool>) -> Option<LinkLost> {
         let (tx, mut deliveries) = mpsc::channel::<Forwarded>(usize::from(PREFETCH) * 4);
         let mut forwarders = JoinSet::new();
         let mut consumed = HashSet::new();
@@ -384,7 +416,7 @@ impl Served<'_> {
         };
         let (consume, mut roster, beats_out, publish) = match parts.await {
             Ok(parts) => parts,
-            Err(reason) => return Some(reason.to_string()),
+            Err(reason) => return Some(reason.into()),
         };
         self.presence.book.agents_changed();
         self.presence.book.listening();
@@ -392,7 +424,7 @@ impl Served<'_> {
             .consume_agents(&consume, &tx, &mut forwarders, &mut consumed)
             .await
         {
-            return Some(reason.to_string());
+            return Some(reason.into());
         }
         let mut outlets = Outlets::new(
             publish,
@@ -421,7 +453,7 @@ impl Served<'_> {
                             match deliveries.try_recv() {
                                 Ok(Ok(next)) => batch.push(next),
                                 Ok(Err(reason)) => {
-                                    ended = Some(reason.to_string());
+                                    ended = Some(LinkLost::Amqp(reason));
                                     break;
                                 }
                                 Err(_) => break,
@@ -432,32 +464,31 @@ impl Served<'_> {
                             break ended;
                         }
                     }
-                    Some(Err(reason)) => break Some(reason.to_string()),
-                    None => break Some("every consumer ended".to_owned()),
+                    Some(Err(reason)) => break Some(reason.into()),
+                    None => break Some(LinkLost::ConsumersEnded),
                 },
                 beat = roster.next() => match beat {
                     Some(Ok(delivery)) => observe(self.inbound, self.presence, self.courier, &delivery),
-                    Some(Err(error)) => break Some(error.to_string()),
-                    None => break Some("the broker cancelled the roster consumer".to_owned()),
+                    Some(Err(error)) => break Some(LinkLost::Roster(error)),
+                    None => break Some(LinkLost::RosterCancelled),
                 },
                 () = self.courier.outbox_ready.notified() => {
                     if let Err(reason) = pump.run(self.courier, &user, &mut outlets).await
-                        && let Some(lost) = self.publish_fault(&outlets, reason, &mut reopen)
+                        && let Some(lost) = self.publish_fault(&outlets, reason.into(), &mut reopen)
                     {
                         break Some(lost);
                     }
                 }
                 settled = pump.settle_next(self.courier), if pump.busy() => match settled {
                     Some(Err(reason)) => {
-                        let reason = format!("publisher confirm lost: {reason}");
-                        if let Some(lost) = self.publish_fault(&outlets, reason, &mut reopen) {
+                        if let Some(lost) = self.publish_fault(&outlets, LinkLost::ConfirmLost(reason), &mut reopen) {
                             break Some(lost);
                         }
                     }
                     Some(Ok(())) | None => {
                         if (!pump.busy() || pump.behind())
                             && let Err(reason) = pump.run(self.courier, &user, &mut outlets).await
-                            && let Some(lost) = self.publish_fault(&outlets, reason, &mut reopen)
+                            && let Some(lost) = self.publish_fault(&outlets, reason.into(), &mut reopen)
                         {
                             break Some(lost);
                         }
@@ -466,7 +497,7 @@ impl Served<'_> {
                 () = sleep_until_some(wake_at) => {
                     // A queue the broker refused may be tested again.
                     if let Err(reason) = pump.run(self.courier, &user, &mut outlets).await
-                        && let Some(lost) = self.publish_fault(&outlets, reason, &mut reopen)
+                        && let Some(lost) = self.publish_fault(&outlets, reason.into(), &mut reopen)
                     {
                         break Some(lost);
                     }
@@ -482,7 +513,7 @@ impl Served<'_> {
                     // A channel the broker closed without a publish or confirm failing on it.
                     if reopen.is_none()
                         && outlets.own_closed()
-                        && let Some(lost) = self.publish_fault(&outlets, "the publishing channel closed".to_owned(), &mut reopen)
+                        && let Some(lost) = self.publish_fault(&outlets, LinkLost::PublishingClosed, &mut reopen)
                     {
                         break Some(lost);
                     }
@@ -506,7 +537,7 @@ impl Served<'_> {
                         };
                     }
                     if let Err(reason) = pump.run(self.courier, &user, &mut outlets).await
-                        && let Some(lost) = self.publish_fault(&outlets, reason, &mut reopen)
+                        && let Some(lost) = self.publish_fault(&outlets, reason.into(), &mut reopen)
                     {
                         break Some(lost);
                     }
@@ -514,12 +545,12 @@ impl Served<'_> {
                 () = self.courier.agents().changed.notified() => {
                     self.presence.book.agents_changed();
                     if let Err(reason) = self.consume_agents(&consume, &tx, &mut forwarders, &mut consumed).await {
-                        break Some(reason.to_string());
+                        break Some(reason.into());
                     }
                 }
                 () = tokio::time::sleep_until(next_beat) => {
                     if let Err(reason) = beat(&beats_out, (self.settings, &self.uri.user), self.presence, false).await {
-                        break Some(reason.to_string());
+                        break Some(reason.into());
                     }
                     self.beat_foreign(&mut outlets, false).await;
                     next_beat = tokio::time::Instant::now() + self.presence.book.next_interval();
@@ -531,14 +562,14 @@ impl Served<'_> {
                         if error.is_amqp_soft_error() && self.connection.status().connected() =>
                     {
                         if outlets.own_closed()
-                            && let Some(lost) = self.publish_fault(&outlets, error.to_string(), &mut reopen)
+                            && let Some(lost) = self.publish_fault(&outlets, LinkLost::Connection(error), &mut reopen)
                         {
                             break Some(lost);
                         }
                     }
-                    Some(Event::Error(error)) => break Some(error.to_string()),
+                    Some(Event::Error(error)) => break Some(LinkLost::Connection(error)),
                     Some(_) => {}
-                    None => break Some("the connection ended".to_owned()),
+                    None => break Some(LinkLost::Ended),
                 },
                 _ = stop.changed() => {
                     // A graceful stop tells peers at once instead of letting them wait for the reap.
@@ -567,9 +598,9 @@ impl Served<'_> {
     fn publish_fault(
         &self,
         outlets: &Outlets,
-        reason: String,
+        reason: LinkLost,
         reopen: &mut Option<(tokio::time::Instant, u32)>,
-    ) -> Option<String> {
+    ) -> Option<LinkLost> {
         if !self.connection.status().connected() {
             return Some(reason);
         }

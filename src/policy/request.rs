@@ -173,7 +173,10 @@ fn string(value: Option<&Value>, field: &str) -> Result<String, RequestError> {
     }
 }
 
-fn env_map(value: &Value) -> Result<BTreeMap<String, String>, RequestError> {
+/// A request's variables, name → value.
+type EnvMap = BTreeMap<String, String>;
+
+fn env_map(value: &Value) -> Result<EnvMap, RequestError> {
     let object = value
         .as_object()
         .ok_or_else(|| refuse("env", "must be an object of strings"))?;

@@ -13,7 +13,7 @@ mod lanes;
 mod pump;
 mod settle;
 
-pub use pump::{Outlets, Pump};
+pub use pump::{Outlets, Pump, PumpError};
 
 use std::collections::HashMap;
 use std::sync::Arc;

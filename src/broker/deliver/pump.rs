@@ -15,10 +15,12 @@ use uuid::Uuid;
 use super::lanes::{Admit, Depth, DepthUnknown, Lane, Lanes};
 use super::settle::{Answer, Outcome, Returns};
 use super::{Courier, MAX_IN_FLIGHT, PUMP_ROUND, now_ms};
-use crate::broker::connect::{self, WRITE_TIMEOUT, confirm_channel, connect};
+use crate::broker::AmqpError;
+use crate::broker::connect::{self, ConnectError, WRITE_TIMEOUT, confirm_channel, connect};
 use crate::broker::envelope::{OutboxRecord, properties};
 use crate::broker::topology::{DEFAULT_MAX_LENGTH, queue_of_key};
 use crate::secret::BrokerUri;
+use crate::state::StateError;
 use crate::wire::{DeliveryState, Tracked};
 
 /// Publishes outbox entries and settles them on the broker's answer. One per connection:
@@ -31,13 +33,43 @@ pub struct Pump {
     confirmed_foreign: HashSet<String>,
     /// Returns whose message's own confirm has not been read yet.
     returns: Returns,
-    confirms: JoinSet<(Uuid, Result<Confirmation, String>)>,
+    confirms: JoinSet<(Uuid, Result<Confirmation, AmqpError>)>,
     /// The last run stopped at its round or at [`MAX_IN_FLIGHT`]: entries may be waiting.
     behind: bool,
     /// Queues the broker refuses now (nacks without a return), and the entries behind them.
     lanes: Lanes,
     /// The longest rest of a refused queue (`broker.backoff_cap_secs`).
     cap: Duration,
+}
+
+/// Why publishing or settling stopped short. The entries concerned stay in the outbox and go
+/// out again, same id.
+#[derive(Debug, thiserror::Error)]
+pub enum PumpError {
+    /// A broker call failed (a publish, a confirm, a channel).
+    #[error(transparent)]
+    Amqp(#[from] AmqpError),
+    /// A foreign vhost could not be connected.
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
+    /// The outbox could not be read or settled.
+    #[error("the outbox: {0}")]
+    State(#[from] StateError),
+    /// A publish frame was not written in time (the connection may be dying).
+    #[error("publish not written within {0:?}")]
+    NotWritten(Duration),
+    /// Opening a foreign vhost's channels got no answer.
+    #[error("no answer opening a channel in `{0}`")]
+    ChannelTimeout(String),
+    /// The task opening a foreign vhost's connection went away.
+    #[error("the connection attempt was dropped")]
+    Dropped,
+    /// A confirm's task failed.
+    #[error("a confirm task failed")]
+    ConfirmTask,
+    /// The channel answered a publish without confirm mode.
+    #[error("confirm mode is off")]
+    NoConfirms,
 }
 
 /// Why a message that expired before the broker took it failed.
@@ -90,7 +122,7 @@ struct Opened {
 /// A foreign vhost's outlet.
 enum Foreign {
     /// Being opened; the task wakes the pump (`outbox_ready`) when it is done.
-    Opening(oneshot::Receiver<Result<Opened, String>>),
+    Opening(oneshot::Receiver<Result<Opened, PumpError>>),
     /// Open.
     Open(Box<Opened>),
     /// The last attempt failed; not tried again before this instant.
@@ -194,11 +226,11 @@ impl Outlets {
                     true
                 }
                 Ok(Err(reason)) => {
-                    self.fail_foreign(vhost, &reason);
+                    self.fail_foreign(vhost, &reason.to_string());
                     return None;
                 }
                 Err(oneshot::error::TryRecvError::Closed) => {
-                    self.fail_foreign(vhost, "the connection attempt was dropped");
+                    self.fail_foreign(vhost, &PumpError::Dropped.to_string());
                     return None;
                 }
             },
@@ -285,24 +317,22 @@ impl Outlets {
 
 /// Opens a publish-only connection to `vhost` with its two channels (see [`Opened`]), within
 /// the handshake bound.
-async fn open(uri: &BrokerUri, vhost: &str) -> Result<Opened, String> {
+async fn open(uri: &BrokerUri, vhost: &str) -> Result<Opened, PumpError> {
     // The connect is bounded by itself (per node); the channel RPCs after it must be too.
-    let connection = connect(uri, Some(vhost)).await.map_err(|e| e.to_string())?;
+    let connection = connect(uri, Some(vhost)).await?;
     let channels = async {
-        let confirm = confirm_channel(&connection)
-            .await
-            .map_err(|e| e.to_string())?;
+        let confirm = confirm_channel(&connection).await?;
         let plain = || async {
             connection
                 .create_channel()
                 .await
-                .map_err(|e| format!("channel: {e}"))
+                .map_err(AmqpError::failed("open a channel"))
         };
-        Ok::<_, String>((confirm, plain().await?, plain().await?))
+        Ok::<_, PumpError>((confirm, plain().await?, plain().await?))
     };
     let (confirm, beats, probe) = tokio::time::timeout(connect::HANDSHAKE_TIMEOUT, channels)
         .await
-        .unwrap_or_else(|_| Err(format!("no answer opening a channel in `{vhost}`")))?;
+        .unwrap_or_else(|_| Err(PumpError::ChannelTimeout(vhost.to_owned())))?;
     Ok(Opened {
         connection,
         confirm,
@@ -332,7 +362,7 @@ impl Pump {
         courier: &Courier,
         user: &str,
         outlets: &mut Outlets,
-    ) -> Result<(), String> {
+    ) -> Result<(), PumpError> {
         for vhost in self.confirmed_foreign.drain() {
             outlets.foreign_ok(&vhost);
         }
@@ -344,13 +374,10 @@ impl Pump {
             return Ok(());
         }
         self.lanes.wake(Instant::now());
-        let pending = courier
-            .state
-            .outbox_pending(
-                &|id| self.in_flight.contains_key(&id) || self.lanes.parked(id),
-                round,
-            )
-            .map_err(|e| e.to_string())?;
+        let pending = courier.state.outbox_pending(
+            &|id| self.in_flight.contains_key(&id) || self.lanes.parked(id),
+            round,
+        )?;
         let full = pending.len() >= round;
         let now = now_ms();
         self.behind = full;
@@ -410,8 +437,10 @@ impl Pump {
             // Bounded: a frame queued as the connection dies may never be written (see
             // `connect::WRITE_TIMEOUT`); the entry stays in the outbox.
             let published = match tokio::time::timeout(WRITE_TIMEOUT, publish).await {
-                Ok(published) => published.map_err(|e| e.to_string()),
-                Err(_) => Err(format!("publish not written within {WRITE_TIMEOUT:?}")),
+                Ok(published) => {
+                    published.map_err(|e| PumpError::from(AmqpError::failed("publish")(e)))
+                }
+                Err(_) => Err(PumpError::NotWritten(WRITE_TIMEOUT)),
             };
             match published {
                 Ok(confirm) => {
@@ -420,12 +449,13 @@ impl Pump {
                         self.lanes.testing(&lane, id);
                     }
                     self.in_flight.insert(id, lane);
-                    self.confirms
-                        .spawn(async move { (id, confirm.await.map_err(|e| e.to_string())) });
+                    self.confirms.spawn(async move {
+                        (id, confirm.await.map_err(AmqpError::failed("confirm")))
+                    });
                 }
                 Err(error) if record.vhost == courier.vhost => {
                     outlets.own_broken = true;
-                    return Err(error.to_string());
+                    return Err(error);
                 }
                 Err(error) => {
                     outlets.fail_foreign(&record.vhost, &error.to_string());
@@ -541,7 +571,7 @@ impl Pump {
     /// The next broker answers (one awaited, and every other already in), settled in one
     /// transaction. `None` when nothing is in flight; `Some(Err)` when a confirm was lost (the
     /// entry stays in the outbox).
-    pub async fn settle_next(&mut self, courier: &Courier) -> Option<Result<(), String>> {
+    pub async fn settle_next(&mut self, courier: &Courier) -> Option<Result<(), PumpError>> {
         let mut answers = vec![self.confirms.join_next().await?];
         while let Some(more) = self.confirms.try_join_next() {
             answers.push(more);
@@ -553,7 +583,7 @@ impl Pump {
         let mut lanes: HashMap<Uuid, Lane> = HashMap::new();
         for joined in answers {
             let Ok((id, answer)) = joined else {
-                lost = Some("a confirm task failed".to_owned());
+                lost = Some(PumpError::ConfirmTask);
                 continue;
             };
             let lane = self.in_flight.remove(&id);
@@ -573,8 +603,8 @@ impl Pump {
                     returned.extend(returned_id(r.as_deref()));
                     confirms.push((id, Answer::Nack));
                 }
-                Ok(Confirmation::NotRequested) => lost = Some("confirm mode is off".to_owned()),
-                Err(reason) => lost = Some(reason),
+                Ok(Confirmation::NotRequested) => lost = Some(PumpError::NoConfirms),
+                Err(reason) => lost = Some(PumpError::Amqp(reason)),
             }
         }
         let read = self
@@ -666,7 +696,7 @@ impl Pump {
         }
         let records: Vec<(Uuid, &[u8])> = moved.iter().map(|(id, r)| (*id, r.as_slice())).collect();
         if let Err(error) = courier.state.outbox_settle(&removed, &records) {
-            return Some(Err(error.to_string()));
+            return Some(Err(PumpError::State(error)));
         }
         Some(lost.map_or(Ok(()), Err))
     }
