@@ -348,7 +348,7 @@ fn the_checker_sees_a_planted_break_of_each_kind() {
         ),
         (
             "src/mailbox/mod.rs",
-            "use crate::wire::Party;",
+            "use crate::audit::Audit;",
             "not allowed",
         ),
         (

@@ -41,11 +41,14 @@ impl Home {
         std::fs::create_dir_all(&policy).unwrap();
         let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join(POLICY);
         std::fs::copy(shipped, policy.join("00-echo.toml")).unwrap();
-        // A second profile whose agents may ask for echo agents with their own token.
+        // A second profile whose agents may ask for echo agents with their own token. It stays
+        // the program fleetd launched (no `exec`): a token dies when its agent's process
+        // executes another program, and whether fleetd saw `sh` or `sleep` at registration
+        // would be a race.
         std::fs::write(
             policy.join("10-boss.toml"),
             "[profile.boss]\ndescription = \"Delegates to echo agents.\"\n\
-             argv = [\"/bin/sh\", \"-c\", \"echo 'agent> ready'; exec sleep 600\"]\n\
+             argv = [\"/bin/sh\", \"-c\", \"echo 'agent> ready'; while :; do sleep 600; done\"]\n\
              roots = [\"/tmp\"]\nmay_spawn = [\"echo\"]\n\
              [profile.boss.ready]\npattern = \"^agent> ready\"\ntimeout_secs = 15\n\n\
              [[grant]]\nid = \"local-boss\"\ndescription = \"The operator runs a boss.\"\n\

@@ -247,7 +247,7 @@ impl Inbound {
                 meta.id,
                 meta.expires_ms.saturating_add(self.skew_ms),
                 now_ms,
-                super::deliver::shelf_for(meta.kind.as_str(), to),
+                crate::mailbox::shelf_for(meta.kind, to),
                 body,
             )
             .map_err(InboundRefusal::State)?;

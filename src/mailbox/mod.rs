@@ -6,7 +6,9 @@
 //! shelf, and so does a pane agent's injector (an async watch of its shelf). Nobody scans the
 //! whole held store to find what is theirs.
 //!
-//! Imports: `state` (the shelves).
+//! Imports: `state` (the shelves), `wire` (what a held message carries).
+
+mod held;
 
 use std::collections::HashMap;
 use std::sync::{Condvar, Mutex};
@@ -14,6 +16,7 @@ use std::time::Instant;
 
 use tokio::sync::watch;
 
+pub use self::held::{Held, HeldBody, shelf_for};
 pub use crate::state::Shelf;
 
 /// Counts arrivals per shelf and wakes who waits for them.

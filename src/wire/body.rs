@@ -16,7 +16,7 @@ pub const MAX_AGENTS: usize = 1024;
 pub const MAX_RECEIPT_MORE: usize = 255;
 
 /// A message for an agent.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AgentMessage {
     /// Body version.
@@ -31,7 +31,7 @@ pub struct AgentMessage {
 }
 
 /// A request to launch a profile; the origin comes from the transport, never from here.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SpawnRequest {
     /// Body version.
@@ -54,7 +54,7 @@ pub struct SpawnRequest {
 }
 
 /// How a spawn request ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum SpawnOutcome {
     /// Launched and ready.
@@ -66,7 +66,7 @@ pub enum SpawnOutcome {
 }
 
 /// The reply to a spawn request.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SpawnReply {
     /// Body version.
@@ -84,7 +84,7 @@ pub struct SpawnReply {
 }
 
 /// One agent in a presence beat.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AgentEntry {
     /// Global id.
@@ -117,7 +117,7 @@ pub struct PresenceBeat {
 }
 
 /// Where a message is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum DeliveryState {
     /// In the broker, not yet taken by the owning host.

@@ -61,7 +61,9 @@ pub const MAX_BODY: usize = 256 * 1024;
 pub const MAX_LIFETIME_MS: i64 = 24 * 3600 * 1000;
 
 /// Who sent an envelope, or to whom it goes.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 pub struct Party {
     /// Fleet (broker vhost and user).
     pub fleet: String,

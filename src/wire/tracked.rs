@@ -11,7 +11,7 @@ use uuid::Uuid;
 use super::{DeliveryState, Party};
 
 /// Where a sent message is.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Tracked {
     /// The target agent.
     pub to: Uuid,

@@ -5,8 +5,9 @@ use lapin::BasicProperties;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use super::{Courier, Held, encode, now_ms, shelf_for};
+use super::{Courier, now_ms};
 use crate::broker::inbound::{Inbound, InboundRefusal, bounded};
+use crate::mailbox::{Held, HeldBody};
 use crate::policy::{Decision, Effect};
 use crate::state::{Incoming, Shelf, Taken};
 use crate::wire::{
@@ -247,10 +248,10 @@ impl Courier {
                         self.remember_placement(sender, &plan.meta.origin);
                     }
                 }
-                plan.hold = Some(held_record(&plan.meta, Some(m.to), &m));
                 // A pane agent's message is delivered when it is typed (the injector's receipt);
                 // a mailbox's now, in the window's receipt.
                 plan.receipt = !from_me && self.pane_of(m.to).is_none();
+                plan.hold = Some(held_record(&plan.meta, Some(m.to), HeldBody::Message(m)));
             }
             Payload::AgentMessage(m) => {
                 plan.event = "message.undeliverable";
@@ -284,10 +285,10 @@ impl Courier {
                 // authenticated origin and replies.
                 plan.event = "spawn.received";
                 plan.note("profile", json!(r.profile));
-                plan.hold = Some(held_record(&plan.meta, None, &r));
+                plan.hold = Some(held_record(&plan.meta, None, HeldBody::SpawnRequest(r)));
             }
             Payload::SpawnReply(r) => {
-                plan.hold = Some(held_record(&plan.meta, None, &r));
+                plan.hold = Some(held_record(&plan.meta, None, HeldBody::SpawnReply(r)));
             }
             Payload::PresenceBeat(_) => {
                 plan.event = "message.ignored";
@@ -308,16 +309,15 @@ fn answered(kind: Kind) -> bool {
 }
 
 /// The held-store record of an envelope (for local agent `to`, if any) with `body`.
-fn held_record<T: serde::Serialize>(meta: &Meta, to: Option<Uuid>, body: &T) -> (Shelf, Vec<u8>) {
-    let record = encode(&Held {
+fn held_record(meta: &Meta, to: Option<Uuid>, body: HeldBody) -> (Shelf, Vec<u8>) {
+    let held = Held {
         id: meta.id,
-        kind: meta.kind.as_str().to_owned(),
         origin: meta.origin.clone(),
         to,
         created_ms: meta.created_ms,
-        body: serde_json::to_value(body).unwrap_or(Value::Null),
-    });
-    (shelf_for(meta.kind.as_str(), to), record)
+        body,
+    };
+    (held.shelf(), held.encode())
 }
 
 /// What taking in one envelope changes, decided before the transaction.

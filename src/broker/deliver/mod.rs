@@ -20,14 +20,13 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use tokio::sync::Notify;
 use uuid::Uuid;
 
 use super::envelope::OutboxRecord;
 use super::topology::{SEND_EXCHANGE, agent_key, control_key, ingress_exchange};
 use crate::agent::Registry;
-use crate::mailbox::Arrivals;
+use crate::mailbox::{Arrivals, Held, HeldBody};
 use crate::state::{Incoming, Shelf, StateError, StateStore, Taken};
 use crate::wire::{
     self, AgentMessage, DeliveryReceipt, DeliveryState, HostKey, Kind, Meta, Party, Payload,
@@ -47,24 +46,6 @@ const PUMP_ROUND: usize = 256;
 /// Most publishes awaiting the broker's confirm at once: a backlog (after an outage) goes out
 /// as a bounded stream, not all at once.
 pub const MAX_IN_FLIGHT: usize = 4 * PUMP_ROUND;
-
-/// A message held for a local agent, as `fleetd inbox pull` shows it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Held {
-    /// The message id.
-    pub id: Uuid,
-    /// Its kind.
-    pub kind: String,
-    /// Who sent it (broker-attested fleet, signing host).
-    pub origin: Party,
-    /// The local agent it is for (spawn replies are for the host).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub to: Option<Uuid>,
-    /// Created at, Unix milliseconds.
-    pub created_ms: i64,
-    /// The body.
-    pub body: Value,
-}
 
 /// Where an envelope is published.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -396,11 +377,10 @@ impl Courier {
         let now = now_ms();
         let held = Held {
             id,
-            kind: Kind::AgentMessage.as_str().to_owned(),
             origin: self.me(),
             to: Some(to),
             created_ms: now,
-            body: serde_json::to_value(&body).unwrap_or(Value::Null),
+            body: HeldBody::Message(body),
         };
         let tracked = Tracked {
             to,
@@ -450,7 +430,7 @@ impl Courier {
         let Some(to) = to else {
             return Ok(decoded(self.state.held_list(limit)?)
                 .into_iter()
-                .filter(|h| h.kind != Kind::SpawnRequest.as_str())
+                .filter(|h| !matches!(h.body, HeldBody::SpawnRequest(_)))
                 .collect());
         };
         Ok(decoded(self.state.held_on(Shelf::Agent(to), limit)?))
@@ -460,9 +440,12 @@ impl Courier {
     pub fn spawn_requests(&self) -> Result<Vec<(Held, SpawnRequest)>, StateError> {
         Ok(decoded(self.state.held_on(Shelf::Spawn, usize::MAX)?)
             .into_iter()
-            .filter_map(|h| {
-                let request = serde_json::from_value(h.body.clone()).ok()?;
-                Some((h, request))
+            .filter_map(|h| match &h.body {
+                HeldBody::SpawnRequest(request) => {
+                    let request = request.clone();
+                    Some((h, request))
+                }
+                _ => None,
             })
             .collect())
     }
@@ -492,12 +475,10 @@ impl Courier {
         request: Uuid,
     ) -> Result<Option<(Held, SpawnReply)>, CourierError> {
         for held in decoded(self.state.held_on(Shelf::Host, usize::MAX)?) {
-            if held.kind != Kind::SpawnReply.as_str() {
-                continue;
-            }
-            let Ok(reply) = serde_json::from_value::<SpawnReply>(held.body.clone()) else {
+            let HeldBody::SpawnReply(reply) = &held.body else {
                 continue;
             };
+            let reply = reply.clone();
             if reply.request == request {
                 self.state.held_ack_with(held.id, None, None)?;
                 return Ok(Some((held, reply)));
@@ -526,7 +507,7 @@ impl Courier {
         let Some(bytes) = self.state.held_get(id)? else {
             return Ok(false);
         };
-        let held: Option<Held> = serde_json::from_slice(&bytes).ok();
+        let held = Held::decode(&bytes);
         if only_for.is_some() && held.as_ref().and_then(|h| h.to) != only_for {
             return Ok(false);
         }
@@ -542,7 +523,7 @@ impl Courier {
                 .held_ack_with(id, None, moved.as_deref().map(|m| (id, m)))?);
         }
         let receipt = match (&held, origin) {
-            (Some(h), Some(origin)) if h.kind == Kind::AgentMessage.as_str() => {
+            (Some(h), Some(origin)) if h.kind() == Kind::AgentMessage => {
                 Some(self.receipt(origin, id, state, None)?)
             }
             _ => None,
@@ -614,18 +595,8 @@ impl Courier {
 fn decoded(entries: Vec<(Uuid, Vec<u8>)>) -> Vec<Held> {
     entries
         .into_iter()
-        .filter_map(|(_, bytes)| serde_json::from_slice::<Held>(&bytes).ok())
+        .filter_map(|(_, bytes)| Held::decode(&bytes))
         .collect()
-}
-
-/// The shelf a held message of `kind` (as [`Held::kind`] names it) for local agent `to` (if
-/// any) waits on.
-pub(crate) fn shelf_for(kind: &str, to: Option<Uuid>) -> Shelf {
-    match to {
-        _ if kind == Kind::SpawnRequest.as_str() => Shelf::Spawn,
-        Some(agent) => Shelf::Agent(agent),
-        None => Shelf::Host,
-    }
 }
 
 /// Puts messages held by a fleetd from before shelves on theirs (once, at open).
@@ -637,8 +608,7 @@ fn shelve_old_held(state: &StateStore) -> Result<(), StateError> {
         }
         for (id, bytes) in old {
             // A record that does not decode is offered with the host's.
-            let shelf = serde_json::from_slice::<Held>(&bytes)
-                .map_or(Shelf::Host, |held| shelf_for(&held.kind, held.to));
+            let shelf = Held::decode(&bytes).map_or(Shelf::Host, |held| held.shelf());
             state.held_shelve(id, shelf)?;
         }
     }

@@ -6,10 +6,12 @@ use std::sync::Arc;
 use lapin::BasicProperties;
 use uuid::Uuid;
 
-use super::{Courier, Held};
+use super::Courier;
 use crate::broker::envelope::{OutboxRecord, properties};
 use crate::broker::inbound::Inbound;
+use crate::mailbox::{Held, HeldBody};
 use crate::state::{Limits, Shelf, StateStore};
+use crate::wire::{AgentMessage, VERSION};
 use crate::wire::{DeliveryState, HostKey, Kind, Party, Payload, PinnedKeys, Sealed};
 
 const FLEET: &str = "f";
@@ -512,24 +514,48 @@ fn messages_held_before_shelves_are_put_on_theirs_when_the_courier_opens() {
     let dir = tempfile::tempdir().unwrap();
     let state = Arc::new(StateStore::open(dir.path(), Limits::default()).unwrap());
     let agent = Uuid::now_v7();
-    let held = |kind: Kind, to: Option<Uuid>| {
+    let held = |body: HeldBody, to: Option<Uuid>| {
         let id = Uuid::now_v7();
         let record = Held {
             id,
-            kind: kind.as_str().to_owned(),
             origin: at(FLEET, "b1"),
             to,
             created_ms: 1,
-            body: serde_json::json!({}),
+            body,
         };
-        state
-            .held_put_unshelved(id, &serde_json::to_vec(&record).unwrap())
-            .unwrap();
+        state.held_put_unshelved(id, &record.encode()).unwrap();
         id
     };
-    let message = held(Kind::AgentMessage, Some(agent));
-    let request = held(Kind::SpawnRequest, None);
-    let reply = held(Kind::SpawnReply, None);
+    let message = held(
+        HeldBody::Message(AgentMessage {
+            v: VERSION,
+            to: agent,
+            from: None,
+            text: "hi".to_owned(),
+        }),
+        Some(agent),
+    );
+    let request = held(
+        HeldBody::SpawnRequest(crate::wire::SpawnRequest {
+            v: VERSION,
+            profile: "p".to_owned(),
+            env: std::collections::BTreeMap::new(),
+            cwd: None,
+            label: None,
+            by: None,
+        }),
+        None,
+    );
+    let reply = held(
+        HeldBody::SpawnReply(crate::wire::SpawnReply {
+            v: VERSION,
+            request: Uuid::now_v7(),
+            outcome: crate::wire::SpawnOutcome::Started,
+            agent: None,
+            reasons: Vec::new(),
+        }),
+        None,
+    );
     assert_eq!(state.held_unshelved(10).unwrap().len(), 3);
 
     let _courier = Courier::single_host(FLEET, "a1", Arc::clone(&state)).unwrap();
