@@ -9,13 +9,14 @@ use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::{Json, Parameters};
 use rmcp::{ServerHandler, ServiceExt, tool, tool_handler, tool_router};
 use schemars::JsonSchema;
+use serde::Deserialize;
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
 use super::Client;
 use super::request::{Request, SpawnAsk};
+use crate::route::reply;
 use crate::scrub::Scrubber;
 
 /// Longest an `inbox_pull` waits for a message.
@@ -90,110 +91,6 @@ fn number_or_numeric_string<'de, D: serde::Deserializer<'de>>(
     }
 }
 
-/// `roster`'s answer: every host heard from, this one first.
-#[derive(Serialize, Deserialize, JsonSchema)]
-pub struct RosterOut {
-    /// The hosts.
-    pub hosts: Vec<RosterHost>,
-}
-
-/// One host in the roster.
-#[derive(Serialize, Deserialize, JsonSchema)]
-pub struct RosterHost {
-    /// Its fleet.
-    pub fleet: String,
-    /// Its name.
-    pub host: String,
-    /// `alive`, or `suspect` (silent for a while).
-    pub state: String,
-    /// Its agents, as it last announced them.
-    pub agents: Vec<RosterAgent>,
-}
-
-/// One agent in the roster.
-#[derive(Serialize, Deserialize, JsonSchema)]
-pub struct RosterAgent {
-    /// Its global id: the target of `send`.
-    pub id: String,
-    /// Its name on its host.
-    pub name: String,
-    /// The profile it runs.
-    pub profile: String,
-    /// `starting`, `ready`, `busy`, `blocked`, `exited` or `down`.
-    pub status: String,
-    /// Since when, Unix milliseconds.
-    pub since: i64,
-}
-
-/// `send`'s answer.
-#[derive(Serialize, Deserialize, JsonSchema)]
-pub struct SendOut {
-    /// The message id, for `delivery_status`.
-    pub id: String,
-    /// `local` (an agent of this host) or `broker`.
-    pub route: String,
-}
-
-/// `spawn`'s answer when the agent started (a refusal or failure is a tool error with reasons).
-#[derive(Serialize, Deserialize, JsonSchema)]
-pub struct SpawnOut {
-    /// `started`.
-    pub outcome: String,
-    /// The new agent's global id.
-    pub agent: Option<String>,
-    /// Its name on its host.
-    #[serde(default)]
-    pub name: Option<String>,
-    /// The host it runs on (another host's spawn).
-    #[serde(default)]
-    pub host: Option<String>,
-    /// That host's fleet (another host's spawn).
-    #[serde(default)]
-    pub fleet: Option<String>,
-    /// The request's message id (another host's spawn).
-    #[serde(default)]
-    pub request: Option<String>,
-    /// Notes from the deciding host (empty when started).
-    #[serde(default)]
-    pub reasons: Vec<String>,
-}
-
-/// `inbox_pull`'s answer.
-#[derive(Serialize, Deserialize, JsonSchema)]
-pub struct PullOut {
-    /// Held messages, oldest first: each with `id`, `kind`, `origin` (fleet, host), `to`,
-    /// `created_ms` and `body` (a message's `text`, or a spawn reply).
-    pub messages: Vec<Value>,
-}
-
-/// `inbox_ack`'s answer.
-#[derive(Serialize, Deserialize, JsonSchema)]
-pub struct AckOut {
-    /// Whether the message was held (false: already acknowledged, or never held).
-    pub acknowledged: bool,
-}
-
-/// `delivery_status`'s answer.
-#[derive(Serialize, Deserialize, JsonSchema)]
-pub struct DeliveryOut {
-    /// The target agent.
-    pub to: String,
-    /// The local agent that sent it.
-    #[serde(default)]
-    pub from: Option<String>,
-    /// The fleet and host it was sent to.
-    pub dest: Value,
-    /// `queued`, `delivered`, `acknowledged`, `failed` or `refused`.
-    pub state: String,
-    /// Whether the broker confirmed it (`false`: still in this host's outbox).
-    pub in_broker: bool,
-    /// Why it failed or was refused.
-    #[serde(default)]
-    pub reason: Option<String>,
-    /// When this state was reached, Unix milliseconds.
-    pub at_ms: i64,
-}
-
 /// A message id.
 #[derive(Deserialize, JsonSchema)]
 pub struct IdParams {
@@ -215,15 +112,19 @@ impl PrimaryTools {
 
     /// The federated roster: every host heard from and its agents (ids, names, status).
     #[tool(name = "roster")]
-    async fn roster(&self) -> Result<Json<RosterOut>, String> {
+    async fn roster(&self) -> Result<Json<reply::Roster>, String> {
         self.ask(Request::Roster {}).await
     }
 
     /// Send a message to an agent by global id; returns the message id to follow with `delivery_status`.
     #[tool(name = "send")]
-    async fn send(&self, Parameters(p): Parameters<SendParams>) -> Result<Json<SendOut>, String> {
+    async fn send(
+        &self,
+        Parameters(p): Parameters<SendParams>,
+    ) -> Result<Json<reply::Sent>, String> {
+        let to = self.id(&p.to, "to")?;
         self.ask(Request::Send {
-            to: message_or_agent_id(&p.to, "to")?,
+            to,
             text: p.text,
             from: Some(self.agent),
         })
@@ -235,9 +136,9 @@ impl PrimaryTools {
     async fn spawn(
         &self,
         Parameters(p): Parameters<SpawnParams>,
-    ) -> Result<Json<SpawnOut>, String> {
-        let reply = self
-            .request(Request::Spawn(SpawnAsk {
+    ) -> Result<Json<reply::Spawned>, String> {
+        let spawned: reply::Spawned = self
+            .reply(Request::Spawn(SpawnAsk {
                 profile: p.profile,
                 env: p.env.unwrap_or_default(),
                 cwd: p.cwd,
@@ -247,18 +148,12 @@ impl PrimaryTools {
                 // The primary is the new agent's spawner: it may message it and hear back.
                 for_agent: Some(self.agent),
             }))
-            .await?;
-        if reply.get("outcome").and_then(Value::as_str) != Some("started") {
-            return Err(self.scrubber.scrub(&format!(
-                "spawn {}: {}",
-                reply
-                    .get("outcome")
-                    .and_then(Value::as_str)
-                    .unwrap_or("not started"),
-                reply
-            )));
+            .await
+            .map_err(|e| self.fail(e))?;
+        if !spawned.started() {
+            return Err(self.fail(ToolError::NotStarted(spawned)));
         }
-        self.typed(reply)
+        Ok(Json(spawned))
     }
 
     /// Messages held for the primary, oldest first; they are offered again until `inbox_ack`.
@@ -266,36 +161,32 @@ impl PrimaryTools {
     async fn inbox_pull(
         &self,
         Parameters(p): Parameters<PullParams>,
-    ) -> Result<Json<PullOut>, String> {
+    ) -> Result<Json<reply::Pulled>, String> {
         let limit = p.limit;
         if limit.is_some_and(|l| !(1..=100).contains(&l)) {
-            return Err("`limit` must be 1-100 (default 10)".to_owned());
+            return Err(self.fail(ToolError::Limit));
         }
         let wait = Duration::from_secs(p.wait_secs.unwrap_or(0));
         if wait > MAX_WAIT {
-            return Err(format!(
-                "`wait_secs` must be 0-{} (default 0)",
-                MAX_WAIT.as_secs()
-            ));
+            return Err(self.fail(ToolError::Wait));
         }
         // The daemon waits: the answer comes as soon as a message is held.
-        let reply = self
-            .request(Request::HeldPull {
-                limit,
-                agent: Some(self.agent),
-                wait_ms: Some(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX)),
-            })
-            .await?;
-        self.typed(reply)
+        self.ask(Request::HeldPull {
+            limit,
+            agent: Some(self.agent),
+            wait_ms: Some(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX)),
+        })
+        .await
     }
 
     /// Acknowledge a held message: it is not offered again, and its sender learns it.
     #[tool(name = "inbox_ack")]
-    async fn inbox_ack(&self, Parameters(p): Parameters<IdParams>) -> Result<Json<AckOut>, String> {
-        self.ask(Request::HeldAck {
-            id: message_or_agent_id(&p.id, "id")?,
-        })
-        .await
+    async fn inbox_ack(
+        &self,
+        Parameters(p): Parameters<IdParams>,
+    ) -> Result<Json<reply::Acked>, String> {
+        let id = self.id(&p.id, "id")?;
+        self.ask(Request::HeldAck { id }).await
     }
 
     /// Where a sent message is: queued, delivered, acknowledged, or failed with the reason.
@@ -303,46 +194,88 @@ impl PrimaryTools {
     async fn delivery_status(
         &self,
         Parameters(p): Parameters<IdParams>,
-    ) -> Result<Json<DeliveryOut>, String> {
-        self.ask(Request::Delivery {
-            id: message_or_agent_id(&p.id, "id")?,
-        })
-        .await
+    ) -> Result<Json<reply::Delivery>, String> {
+        let id = self.id(&p.id, "id")?;
+        self.ask(Request::Delivery { id }).await
     }
 }
 
+/// A tool's error is, for the MCP client, its text (rmcp's `String` error, marked `isError`):
+/// each is made from a [`ToolError`], scrubbed.
 impl PrimaryTools {
-    /// One request to the daemon; its reply as the tool's typed answer, or its error, scrubbed.
+    /// One request to the daemon: its reply as the tool's typed answer, or its error, scrubbed.
     async fn ask<T: DeserializeOwned>(&self, request: Request) -> Result<Json<T>, String> {
-        let reply = self.request(request).await?;
-        self.typed(reply)
-    }
-
-    /// `reply`, every string scrubbed, as the tool's typed answer.
-    fn typed<T: DeserializeOwned>(&self, reply: Value) -> Result<Json<T>, String> {
-        let clean = super::scrubbed(&self.scrubber, reply);
-        serde_json::from_value(clean.clone())
+        self.reply(request)
+            .await
             .map(Json)
-            .map_err(|e| format!("fleetd answered in an unexpected shape ({e}): {clean}"))
+            .map_err(|e| self.fail(e))
     }
 
-    async fn request(&self, request: Request) -> Result<Value, String> {
-        let reply = self.client.ask(&request).await.map_err(|e| {
-            self.scrubber.scrub(&format!(
-                "cannot reach fleetd at `{}`: {e}",
-                self.client.socket().display()
-            ))
-        })?;
-        match reply.get("error").and_then(Value::as_str) {
-            Some(error) => Err(self.scrubber.scrub(error)),
-            None => Ok(reply),
+    /// One request to the daemon, its reply (every string scrubbed) read as `T`.
+    async fn reply<T: DeserializeOwned>(&self, request: Request) -> Result<T, ToolError> {
+        let reply = self
+            .client
+            .ask(&request)
+            .await
+            .map_err(|e| ToolError::Unreachable {
+                socket: self.client.socket().display().to_string(),
+                reason: e.to_string(),
+            })?;
+        if let Some(error) = reply.get("error").and_then(Value::as_str) {
+            return Err(ToolError::Daemon(error.to_owned()));
         }
+        let clean = super::scrubbed(&self.scrubber, reply);
+        T::deserialize(&clean).map_err(|e| ToolError::Shape {
+            error: e.to_string(),
+            reply: clean.to_string(),
+        })
+    }
+
+    /// `text` (parameter `param`) as a global id (of an agent or a message).
+    fn id(&self, text: &str, param: &'static str) -> Result<Uuid, String> {
+        Uuid::parse_str(text.trim()).map_err(|_| self.fail(ToolError::NotAnId(param)))
+    }
+
+    /// The tool error's text, scrubbed.
+    fn fail(&self, error: ToolError) -> String {
+        self.scrubber.scrub(&error.to_string())
     }
 }
 
-/// `text` as a global id (of an agent or a message), or the tool error saying which parameter.
-fn message_or_agent_id(text: &str, param: &str) -> Result<Uuid, String> {
-    Uuid::parse_str(text.trim()).map_err(|_| format!("`{param}` must be an id (a UUID)"))
+/// Why a tool call failed.
+#[derive(Debug, thiserror::Error)]
+enum ToolError {
+    /// The daemon's socket did not answer.
+    #[error("cannot reach fleetd at `{socket}`: {reason}")]
+    Unreachable {
+        /// The socket.
+        socket: String,
+        /// Why.
+        reason: String,
+    },
+    /// The daemon answered with an error.
+    #[error("{0}")]
+    Daemon(String),
+    /// The reply is not the operation's reply type.
+    #[error("fleetd answered in an unexpected shape ({error}): {reply}")]
+    Shape {
+        /// What did not fit.
+        error: String,
+        /// The reply.
+        reply: String,
+    },
+    /// A parameter that must be an id is not.
+    #[error("`{0}` must be an id (a UUID)")]
+    NotAnId(&'static str),
+    /// `limit` out of range.
+    #[error("`limit` must be 1-100 (default 10)")]
+    Limit,
+    /// `wait_secs` out of range.
+    #[error("`wait_secs` must be 0-{} (default 0)", MAX_WAIT.as_secs())]
+    Wait,
+    /// The spawn was refused or failed.
+    #[error("spawn {}: {}", .0.outcome.as_str(), serde_json::to_string(.0).unwrap_or_default())]
+    NotStarted(reply::Spawned),
 }
 
 #[tool_handler(router = self.tool_router, name = "fleetd")]
@@ -375,15 +308,13 @@ pub async fn serve(client: Client, name: &str, scrubber: Scrubber) -> Result<(),
                     client.socket().display()
                 ))
             })?;
-            let id = reply
-                .get("id")
-                .and_then(Value::as_str)
-                .and_then(|id| Uuid::parse_str(id).ok());
-            match (id, reply.get("error")) {
-                (Some(id), _) => id,
-                (None, error) => {
+            match reply::Opened::deserialize(&reply) {
+                Ok(opened) => opened.id,
+                Err(_) => {
                     return Err(McpError::Register(
-                        error.map_or("no id".to_owned(), ToString::to_string),
+                        reply
+                            .get("error")
+                            .map_or_else(|| format!("no id in {reply}"), ToString::to_string),
                     ));
                 }
             }
@@ -399,4 +330,54 @@ pub async fn serve(client: Client, name: &str, scrubber: Scrubber) -> Result<(),
         .await
         .map_err(|e| McpError::Session(e.to_string()))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each tool's output schema is its reply type's, so what the socket answers, what the
+    /// CLI reads and what MCP declares cannot drift apart: the schema's properties are the
+    /// reply type's fields, and the route of a send names the three routes there are.
+    #[test]
+    fn each_tools_output_schema_is_its_reply_types() {
+        let tools = PrimaryTools::tool_router().list_all();
+        let properties = |name: &str| -> Vec<String> {
+            let tool = tools.iter().find(|t| t.name == name).expect(name);
+            let schema = tool.output_schema.as_ref().expect("an output schema");
+            let mut keys: Vec<String> = schema["properties"]
+                .as_object()
+                .expect("properties")
+                .keys()
+                .cloned()
+                .collect();
+            keys.sort();
+            keys
+        };
+        let fields = |schema: schemars::Schema| -> Vec<String> {
+            let mut keys: Vec<String> = schema.as_value()["properties"]
+                .as_object()
+                .expect("properties")
+                .keys()
+                .cloned()
+                .collect();
+            keys.sort();
+            keys
+        };
+        for (tool, schema) in [
+            ("roster", schemars::schema_for!(reply::Roster)),
+            ("send", schemars::schema_for!(reply::Sent)),
+            ("spawn", schemars::schema_for!(reply::Spawned)),
+            ("inbox_pull", schemars::schema_for!(reply::Pulled)),
+            ("inbox_ack", schemars::schema_for!(reply::Acked)),
+            ("delivery_status", schemars::schema_for!(reply::Delivery)),
+        ] {
+            assert_eq!(properties(tool), fields(schema), "{tool}");
+        }
+        let send = tools.iter().find(|t| t.name == "send").unwrap();
+        let text = serde_json::to_string(send.output_schema.as_ref().unwrap()).unwrap();
+        for route in ["local", "fleet", "foreign"] {
+            assert!(text.contains(&format!("\"{route}\"")), "{text}");
+        }
+    }
 }

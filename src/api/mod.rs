@@ -30,7 +30,8 @@ use tracing::{debug, warn};
 use uuid::Uuid;
 
 use crate::roster::Roster;
-use crate::route::Router;
+use crate::route::reply;
+use crate::route::{Router, RouterError};
 
 /// The socket's file name in the runtime directory.
 pub const SOCKET: &str = "fleetd.sock";
@@ -321,23 +322,6 @@ pub enum ScopeError {
     OperatorsOnly,
 }
 
-/// Puts each note (`why`) on its agent's roster entry.
-fn add_notes(view: &mut Value, notes: &[(Uuid, String)]) {
-    let Some(hosts) = view["hosts"].as_array_mut() else {
-        return;
-    };
-    for agent in hosts
-        .iter_mut()
-        .filter_map(|h| h["agents"].as_array_mut())
-        .flatten()
-    {
-        let id = agent["id"].as_str().and_then(|i| Uuid::parse_str(i).ok());
-        if let Some((_, why)) = notes.iter().find(|(n, _)| Some(*n) == id) {
-            agent["why"] = json!(why);
-        }
-    }
-}
-
 fn answer(call: Call, state: &ApiState, peer: Peer, class: PeerClass) -> Value {
     let router = state.router.as_ref();
     let op = call.request.op();
@@ -374,33 +358,35 @@ fn answer(call: Call, state: &ApiState, peer: Peer, class: PeerClass) -> Value {
     // An agent acknowledges and follows only its own messages.
     let only = caller.agent();
     let result = match request {
-        Request::Status {} => Ok(json!({
-            "host": state.host,
-            "broker": state.link.as_ref().map_or("broker: not configured (single-host mode)".to_owned(), |line| line()),
-            "sandbox": state.sandbox,
+        Request::Status {} => Ok(line(reply::Status {
+            host: state.host.clone(),
+            broker: state.link.as_ref().map_or(
+                "broker: not configured (single-host mode)".to_owned(),
+                |line| line(),
+            ),
+            sandbox: state.sandbox.clone(),
         })),
         Request::Roster {} => {
             router.refresh_local();
             match state.roster.lock() {
-                Ok(roster) => {
-                    let mut view = json!({"hosts": roster.view()});
-                    // Why this host's agents are blocked or down is the operator's to read (a
-                    // prompt line is pane content): never an agent's, never announced.
-                    if caller.agent().is_none() {
-                        add_notes(&mut view, &router.notes());
-                    }
-                    Ok(view)
-                }
-                Err(_) => Err(crate::route::RouterError::Failed(
-                    "roster unavailable".to_owned(),
-                )),
+                // Why this host's agents are blocked or down is the operator's to read (a
+                // prompt line is pane content): never an agent's, never announced.
+                Ok(roster) => Ok(line(reply::Roster::of(
+                    roster.view(),
+                    &if caller.agent().is_none() {
+                        router.notes()
+                    } else {
+                        Vec::new()
+                    },
+                ))),
+                Err(_) => Err(RouterError::Failed("roster unavailable".to_owned())),
             }
         }
-        Request::AgentUnblock { id } => router.unblock(id),
+        Request::AgentUnblock { id } => router.unblock(id).map(line),
         Request::AgentOpen { name } => router
             .open_agent(&name)
-            .map(|id| json!({"id": id.to_string()})),
-        Request::Send { to, text, from } => router.send(to, from, text),
+            .map(|id| line(reply::Opened { id })),
+        Request::Send { to, text, from } => router.send(to, from, text).map(line),
         Request::HeldPull {
             limit,
             agent,
@@ -411,16 +397,24 @@ fn answer(call: Call, state: &ApiState, peer: Peer, class: PeerClass) -> Value {
                 agent,
                 Request::pull_wait(wait_ms),
             )
-            .map(|held| json!({"messages": held})),
+            .map(|messages| line(reply::Pulled { messages })),
         Request::HeldAck { id } => router
             .ack(id, only)
-            .map(|found| json!({"acknowledged": found})),
+            .map(|acknowledged| line(reply::Acked { acknowledged })),
         Request::Delivery { id } => router.delivery(id, only).map(|found| {
-            found.unwrap_or_else(|| json!({"error": format!("no delivery record for {id} (not sent from this host, or pruned)")}))
+            found.map_or_else(
+                || json!({"error": format!("no delivery record for {id} (not sent from this host, or pruned)")}),
+                line,
+            )
         }),
-        Request::Spawn(ask) => router.spawn(&ask, only),
+        Request::Spawn(ask) => router.spawn(&ask, only).map(line),
     };
     result.unwrap_or_else(|error| json!({"error": error.to_string()}))
+}
+
+/// A typed reply as the JSON line the server writes.
+fn line<T: serde::Serialize>(reply: T) -> Value {
+    serde_json::to_value(reply).unwrap_or_else(|e| json!({"error": format!("reply: {e}")}))
 }
 
 /// `value` with every string (keys included) passed through the scrubber, so the reply stays JSON.

@@ -5,13 +5,18 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use clap::Subcommand;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 use uuid::Uuid;
 
 use super::{Output, exit};
 use crate::api::{self, Request};
 use crate::config::Config;
+use crate::mailbox::HeldBody;
+use crate::roster::PeerState;
 use crate::route::SpawnAsk;
+use crate::route::reply::{self, Routed};
+use crate::wire::{DeliveryState, SpawnOutcome};
 
 /// `fleetd inbox …`: messages held for the primary.
 #[derive(Debug, Subcommand)]
@@ -76,25 +81,26 @@ fn config_and_runtime(
     Ok((config, runtime))
 }
 
-/// Sends `request` and prints the reply (JSON, or through `render`); exit 1 on an error reply.
-pub(super) fn ask(
+/// Sends `request` and prints its reply, of type `T` (JSON, or through `render`); exit 1 on an
+/// error reply.
+pub(super) fn ask<T: DeserializeOwned>(
     config: Option<&Path>,
     request: Request,
     json_out: bool,
     out: &Output,
-    render: fn(&Value) -> Vec<String>,
+    render: fn(&T) -> Vec<String>,
 ) -> ExitCode {
     ask_with(config, request, json_out, out, render, |_| true)
 }
 
 /// [`ask`], exiting 1 also when `ok` says the reply reports a failure.
-pub(super) fn ask_with(
+pub(super) fn ask_with<T: DeserializeOwned>(
     config: Option<&Path>,
     request: Request,
     json_out: bool,
     out: &Output,
-    render: fn(&Value) -> Vec<String>,
-    ok: fn(&Value) -> bool,
+    render: fn(&T) -> Vec<String>,
+    ok: fn(&T) -> bool,
 ) -> ExitCode {
     let (config, runtime) = match config_and_runtime(config, out) {
         Ok(both) => both,
@@ -123,68 +129,83 @@ pub(super) fn ask_with(
         out.note(&format!("error: {error}"));
         return exit::code(exit::FAILED);
     }
+    let typed = match T::deserialize(&reply) {
+        Ok(typed) => typed,
+        Err(error) => {
+            out.note(&format!(
+                "error: fleetd answered in an unexpected shape ({error}): {reply}"
+            ));
+            return exit::code(exit::FAILED);
+        }
+    };
     if json_out {
         out.line(&serde_json::to_string_pretty(&reply).unwrap_or_else(|_| reply.to_string()));
     } else {
-        for line in render(&reply) {
+        for line in render(&typed) {
             out.line(&line);
         }
     }
-    exit::code(if ok(&reply) { exit::OK } else { exit::FAILED })
+    exit::code(if ok(&typed) { exit::OK } else { exit::FAILED })
 }
 
 pub(super) fn status(config: Option<&Path>, json_out: bool, out: &Output) -> ExitCode {
-    ask(config, Request::Status {}, json_out, out, |reply| {
-        vec![
-            format!("host: {}", reply["host"].as_str().unwrap_or("?")),
-            reply["broker"].as_str().unwrap_or("broker: ?").to_owned(),
-            reply["sandbox"].as_str().unwrap_or("sandbox: ?").to_owned(),
-        ]
-    })
+    ask(
+        config,
+        Request::Status {},
+        json_out,
+        out,
+        |reply: &reply::Status| {
+            vec![
+                format!("host: {}", reply.host),
+                reply.broker.clone(),
+                reply.sandbox.clone(),
+            ]
+        },
+    )
 }
 
 pub(super) fn roster(config: Option<&Path>, json_out: bool, out: &Output) -> ExitCode {
-    ask(config, Request::Roster {}, json_out, out, |reply| {
-        let mut lines = vec![format!(
-            "{:<16} {:<20} {:<8} {}",
-            "FLEET", "HOST", "STATE", "AGENTS"
-        )];
-        for host in reply["hosts"]
-            .as_array()
-            .map(Vec::as_slice)
-            .unwrap_or_default()
-        {
-            let agents: Vec<String> = host["agents"]
-                .as_array()
-                .map(Vec::as_slice)
-                .unwrap_or_default()
-                .iter()
-                .map(|a| {
-                    let why = a["why"]
-                        .as_str()
-                        .map_or(String::new(), |why| format!(": {why}"));
-                    format!(
-                        "{} ({}, {}{why})",
-                        a["name"].as_str().unwrap_or("?"),
-                        a["profile"].as_str().unwrap_or("?"),
-                        a["status"].as_str().unwrap_or("?")
-                    )
-                })
-                .collect();
-            lines.push(format!(
+    ask(
+        config,
+        Request::Roster {},
+        json_out,
+        out,
+        |reply: &reply::Roster| {
+            let mut lines = vec![format!(
                 "{:<16} {:<20} {:<8} {}",
-                host["fleet"].as_str().unwrap_or("?"),
-                host["host"].as_str().unwrap_or("?"),
-                host["state"].as_str().unwrap_or("?"),
-                if agents.is_empty() {
-                    "-".to_owned()
-                } else {
-                    agents.join(", ")
-                }
-            ));
-        }
-        lines
-    })
+                "FLEET", "HOST", "STATE", "AGENTS"
+            )];
+            for host in &reply.hosts {
+                let agents: Vec<String> = host
+                    .agents
+                    .iter()
+                    .map(|a| {
+                        let why = a
+                            .why
+                            .as_deref()
+                            .map_or(String::new(), |why| format!(": {why}"));
+                        format!("{} ({}, {}{why})", a.name, a.profile, a.status)
+                    })
+                    .collect();
+                let state = match host.state {
+                    PeerState::Alive => "alive",
+                    PeerState::Suspect => "suspect",
+                };
+                lines.push(format!(
+                    "{:<16} {:<20} {:<8} {}",
+                    host.fleet,
+                    host.host,
+                    state,
+                    if agents.is_empty() {
+                        "-".to_owned()
+                    } else {
+                        agents.join(", ")
+                    }
+                ));
+            }
+            lines
+        },
+    )
 }
 
 pub(super) fn inbox(
@@ -210,33 +231,30 @@ pub(super) fn inbox(
             },
             json_out,
             out,
-            |reply| {
-                let messages = reply["messages"]
-                    .as_array()
-                    .map(Vec::as_slice)
-                    .unwrap_or_default();
-                if messages.is_empty() {
+            |reply: &reply::Pulled| {
+                if reply.messages.is_empty() {
                     return vec!["no held messages".to_owned()];
                 }
-                messages
+                reply
+                    .messages
                     .iter()
                     .map(|m| {
-                        let text = m
-                            .pointer("/body/text")
-                            .and_then(Value::as_str)
-                            .map_or_else(|| m["body"].to_string(), str::to_owned);
-                        let origin = |f: &str| {
-                            m.pointer(&format!("/origin/{f}"))
-                                .and_then(Value::as_str)
-                                .unwrap_or("?")
-                                .to_owned()
+                        let text = match &m.body {
+                            HeldBody::Message(message) => message.text.clone(),
+                            HeldBody::SpawnReply(r) => format!(
+                                "request {}: {}{}",
+                                r.request,
+                                r.outcome.as_str(),
+                                r.agent.map_or(String::new(), |a| format!(" (agent {a})"))
+                            ),
+                            HeldBody::SpawnRequest(r) => format!("profile {}", r.profile),
                         };
                         format!(
                             "{}  {}/{}  {}: {}",
-                            m["id"].as_str().unwrap_or("?"),
-                            origin("fleet"),
-                            origin("host"),
-                            m["kind"].as_str().unwrap_or("?"),
+                            m.id,
+                            m.origin.fleet,
+                            m.origin.host,
+                            m.kind().as_str(),
                             text
                         )
                     })
@@ -253,8 +271,8 @@ pub(super) fn inbox(
             },
             json_out,
             out,
-            |reply| {
-                vec![if reply["acknowledged"].as_bool() == Some(true) {
+            |reply: &reply::Acked| {
+                vec![if reply.acknowledged {
                     "acknowledged".to_owned()
                 } else {
                     "no such held message".to_owned()
@@ -282,11 +300,15 @@ pub(super) fn send(
         text: text.to_owned(),
         from,
     };
-    ask(config, request, json_out, out, |reply| {
+    ask(config, request, json_out, out, |reply: &reply::Sent| {
+        let route = match reply.route {
+            Routed::Local => "local",
+            Routed::Fleet => "fleet",
+            Routed::Foreign => "foreign",
+        };
         vec![format!(
-            "{}  (route: {}; `fleetd delivery ID` follows it)",
-            reply["id"].as_str().unwrap_or("?"),
-            reply["route"].as_str().unwrap_or("?")
+            "{}  (route: {route}; `fleetd delivery ID` follows it)",
+            reply.id
         )]
     })
 }
@@ -296,20 +318,26 @@ pub(super) fn delivery(config: Option<&Path>, id: &str, json_out: bool, out: &Ou
         Ok(id) => id,
         Err(code) => return code,
     };
-    ask(config, Request::Delivery { id }, json_out, out, |reply| {
-        let mut line = reply["state"].as_str().unwrap_or("?").to_owned();
-        if reply["state"] == "queued" {
-            line.push_str(if reply["in_broker"] == true {
-                " (in the broker)"
-            } else {
-                " (in the outbox, waiting for the broker)"
-            });
-        }
-        if let Some(reason) = reply["reason"].as_str() {
-            line.push_str(&format!(": {reason}"));
-        }
-        vec![line]
-    })
+    ask(
+        config,
+        Request::Delivery { id },
+        json_out,
+        out,
+        |reply: &reply::Delivery| {
+            let mut line = reply.state.as_str().to_owned();
+            if reply.state == DeliveryState::Queued {
+                line.push_str(if reply.in_broker {
+                    " (in the broker)"
+                } else {
+                    " (in the outbox, waiting for the broker)"
+                });
+            }
+            if let Some(reason) = &reply.reason {
+                line.push_str(&format!(": {reason}"));
+            }
+            vec![line]
+        },
+    )
 }
 
 pub(super) fn agent(
@@ -324,7 +352,7 @@ pub(super) fn agent(
             Request::AgentOpen { name: name.clone() },
             json_out,
             out,
-            |reply| vec![reply["id"].as_str().unwrap_or("?").to_owned()],
+            |reply: &reply::Opened| vec![reply.id.to_string()],
         ),
         AgentCommand::Unblock { id } => {
             let id = match id_arg(id, "ID", out) {
@@ -336,12 +364,7 @@ pub(super) fn agent(
                 Request::AgentUnblock { id },
                 json_out,
                 out,
-                |reply| {
-                    vec![format!(
-                        "cleared: `{}`",
-                        reply["dismissed"].as_str().unwrap_or("?")
-                    )]
-                },
+                |reply: &reply::Unblocked| vec![format!("cleared: `{}`", reply.dismissed)],
             )
         }
     }
@@ -393,27 +416,26 @@ pub(super) fn spawn(
         request,
         json_out,
         out,
-        |reply| {
-            let reasons = reply["reasons"]
-                .as_array()
-                .map(|r| {
-                    r.iter()
-                        .filter_map(Value::as_str)
-                        .collect::<Vec<_>>()
-                        .join("; ")
-                })
-                .unwrap_or_default();
-            match reply["outcome"].as_str() {
-                Some("started") => vec![format!(
-                    "started {} (agent {})",
-                    reply["name"].as_str().unwrap_or("?"),
-                    reply["agent"].as_str().unwrap_or("?")
+        |reply: &reply::Spawned| {
+            let agent = reply
+                .agent
+                .map_or("?".to_owned(), |agent| agent.to_string());
+            match (reply.outcome, &reply.name, &reply.host) {
+                (SpawnOutcome::Started, Some(name), _) => {
+                    vec![format!("started {name} (agent {agent})")]
+                }
+                (SpawnOutcome::Started, None, host) => vec![format!(
+                    "started on {} (agent {agent})",
+                    host.as_deref().unwrap_or("this host")
                 )],
-                Some(outcome) => vec![format!("{outcome}: {reasons}")],
-                None => vec![reply.to_string()],
+                (outcome, ..) => vec![format!(
+                    "{}: {}",
+                    outcome.as_str(),
+                    reply.reasons.join("; ")
+                )],
             }
         },
-        |reply| reply["outcome"] == "started",
+        |reply| reply.outcome == SpawnOutcome::Started,
     )
 }
 

@@ -4,18 +4,21 @@
 
 use std::sync::{Arc, Mutex};
 
-use serde_json::{Value, json};
+use serde_json::json;
 use uuid::Uuid;
 
 use crate::agent::{Owner, Process, RegistryError};
 use crate::broker::deliver::{Courier, CourierError};
 use crate::broker::link::Recorder;
 use crate::daemon::policy::PolicyHandle;
+use crate::mailbox::Held;
 use crate::pane::process::{Liveness, Watched};
 use crate::pane::{Multiplexer, PaneError, PaneId, PaneState};
 use crate::roster::Roster;
+use crate::route::reply::{Routed, Sent, Spawned, Unblocked};
 use crate::route::{self, Route, Router, RouterError, SpawnAsk};
 use crate::spawn::Spawner;
+use crate::wire::Tracked;
 use crate::wire::{MAX_TEXT, Party};
 use secrecy::SecretString;
 
@@ -105,7 +108,7 @@ impl Router for Gateway {
         Ok(id)
     }
 
-    fn send(&self, to: Uuid, from: Option<Uuid>, text: String) -> Result<Value, RouterError> {
+    fn send(&self, to: Uuid, from: Option<Uuid>, text: String) -> Result<Sent, RouterError> {
         if text.len() > MAX_TEXT {
             return Err(RouterError::Invalid(format!(
                 "message text longer than {MAX_TEXT} bytes"
@@ -140,20 +143,20 @@ impl Router for Gateway {
                 }),
         };
         let (id, route) = match route::decide(local, located, &me.fleet) {
-            Route::Local => (self.courier.send_local(to, from, text), "local"),
+            Route::Local => (self.courier.send_local(to, from, text), Routed::Local),
             Route::Fleet { host } => {
                 let dest = Party {
                     fleet: me.fleet,
                     host: host.unwrap_or_default(),
                 };
-                (self.courier.send(dest, to, from, text), "fleet")
+                (self.courier.send(dest, to, from, text), Routed::Fleet)
             }
             Route::Foreign(host) => {
                 let dest = Party {
                     fleet: host.fleet,
                     host: host.host,
                 };
-                (self.courier.send(dest, to, from, text), "foreign")
+                (self.courier.send(dest, to, from, text), Routed::Foreign)
             }
         };
         let id = id.map_err(|error| match error {
@@ -162,7 +165,7 @@ impl Router for Gateway {
             },
             other => courier_error(other),
         })?;
-        Ok(json!({"id": id.to_string(), "route": route}))
+        Ok(Sent { id, route })
     }
 
     fn held(
@@ -170,7 +173,7 @@ impl Router for Gateway {
         limit: usize,
         to: Option<Uuid>,
         wait: std::time::Duration,
-    ) -> Result<Value, RouterError> {
+    ) -> Result<Vec<Held>, RouterError> {
         let deadline = std::time::Instant::now() + wait;
         let arrivals = self.courier.arrivals();
         let shelf = to.map(crate::mailbox::Shelf::Agent);
@@ -188,7 +191,7 @@ impl Router for Gateway {
                 _ => false,
             };
             if !waited {
-                return Ok(json!(held));
+                return Ok(held);
             }
         }
     }
@@ -218,7 +221,7 @@ impl Router for Gateway {
         )]);
     }
 
-    fn spawn(&self, ask: &SpawnAsk, by: Option<Uuid>) -> Result<Value, RouterError> {
+    fn spawn(&self, ask: &SpawnAsk, by: Option<Uuid>) -> Result<Spawned, RouterError> {
         let owner = match by {
             Some(agent) => self.may_spawn(agent, &ask.profile)?,
             None => Owner::Operator,
@@ -247,7 +250,7 @@ impl Router for Gateway {
         }
     }
 
-    fn unblock(&self, id: Uuid) -> Result<Value, RouterError> {
+    fn unblock(&self, id: Uuid) -> Result<Unblocked, RouterError> {
         let line = self.courier.agents().unblock(id).map_err(registry_error)?;
         // The line is pane content: in the reply to the operator, not in the audit log.
         (self.record)(vec![(
@@ -256,7 +259,10 @@ impl Router for Gateway {
         )]);
         tracing::info!(agent.id = %id, "the operator cleared an agent's prompt");
         super::presence::announce(&self.courier, &self.roster);
-        Ok(json!({"agent": id.to_string(), "dismissed": line}))
+        Ok(Unblocked {
+            agent: id,
+            dismissed: line,
+        })
     }
 
     fn refresh_local(&self) {
@@ -272,13 +278,12 @@ impl Router for Gateway {
             .collect()
     }
 
-    fn delivery(&self, id: Uuid, sent_by: Option<Uuid>) -> Result<Option<Value>, RouterError> {
-        let tracked = self
+    fn delivery(&self, id: Uuid, sent_by: Option<Uuid>) -> Result<Option<Tracked>, RouterError> {
+        Ok(self
             .courier
             .delivery(id)
             .map_err(|e| RouterError::Failed(e.to_string()))?
-            .filter(|t| sent_by.is_none() || t.from == sent_by);
-        Ok(tracked.map(|t| json!(t)))
+            .filter(|t| sent_by.is_none() || t.from == sent_by))
     }
 }
 

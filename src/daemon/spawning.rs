@@ -4,13 +4,14 @@
 //! identity minted before its pane; remote spawns and the worker that serves them.
 
 use secrecy::SecretString;
-use serde_json::{Value, json};
+use serde_json::json;
 use uuid::Uuid;
 
 use super::gateway::{Gateway, courier_error};
 use crate::agent::{Owner, Process, Registration};
 use crate::api::{ENV_AGENT_ID, ENV_AGENT_TOKEN, ENV_SOCKET};
 use crate::policy::{Origin, Request, SecretRef};
+use crate::route::reply::Spawned;
 use crate::route::{RouterError, SpawnAsk};
 use crate::secret::{SecretName, lookup};
 use crate::spawn::Outcome;
@@ -20,7 +21,7 @@ use crate::wire::{SpawnOutcome, SpawnReply, SpawnRequest};
 impl Gateway {
     /// A spawn asked over the local API for this host, by `owner`: checked as any request is,
     /// decided and run here; the reply names the agent and its name.
-    pub(super) fn spawn_here(&self, ask: &SpawnAsk, owner: Owner) -> Result<Value, RouterError> {
+    pub(super) fn spawn_here(&self, ask: &SpawnAsk, owner: Owner) -> Result<Spawned, RouterError> {
         let me = self.courier.me();
         let request = Request::checked(
             Origin {
@@ -34,15 +35,15 @@ impl Gateway {
         )
         .map_err(|e| RouterError::Invalid(e.to_string()))?;
         let (reply, name) = self.run_spawn(&request, None, owner)?;
-        let mut answer = serde_json::to_value(&reply).unwrap_or(Value::Null);
-        if let Some(object) = answer.as_object_mut() {
-            object.remove("v");
-            object.remove("request");
-            if let Some(name) = name {
-                object.insert("name".to_owned(), json!(name));
-            }
-        }
-        Ok(answer)
+        Ok(Spawned {
+            outcome: reply.outcome,
+            agent: reply.agent,
+            name,
+            host: None,
+            fleet: None,
+            request: None,
+            reasons: reply.reasons,
+        })
     }
 
     /// Whether local agent `agent` may request `profile` with its token: its own profile's
@@ -238,7 +239,7 @@ impl Gateway {
         host: &str,
         fleet: Option<String>,
         ask: &SpawnAsk,
-    ) -> Result<Value, RouterError> {
+    ) -> Result<Spawned, RouterError> {
         // Only a gateway the roster has heard from can answer: anything else is refused now,
         // naming what the roster knows, instead of a request retried until it expires.
         let rows = self.roster.lock().map(|r| r.view()).unwrap_or_default();
@@ -302,14 +303,15 @@ impl Gateway {
                     self.courier
                         .remember_spawned(agent, &held.origin, requester);
                 }
-                return Ok(json!({
-                    "outcome": reply.outcome,
-                    "agent": reply.agent.map(|a| a.to_string()),
-                    "reasons": reply.reasons,
-                    "host": host,
-                    "fleet": fleet,
-                    "request": id.to_string(),
-                }));
+                return Ok(Spawned {
+                    outcome: reply.outcome,
+                    agent: reply.agent,
+                    name: None,
+                    host: Some(host.to_owned()),
+                    fleet: Some(fleet),
+                    request: Some(id),
+                    reasons: reply.reasons,
+                });
             }
             if std::time::Instant::now() > deadline {
                 return Err(RouterError::Failed(format!(

@@ -1,13 +1,14 @@
 //! Routing: the one fork — the target agent is here ? deliver locally : publish to its owner —
 //! and the interface the local API uses to send, pull, acknowledge and follow deliveries.
 //!
-//! Imports: `roster` (where agents are). Never the broker: the daemon implements [`Router`]
-//! with it.
+//! Imports: `roster` (where agents are), `mailbox` and `wire` (what replies carry). Never the
+//! broker: the daemon implements [`Router`] with it.
+
+pub mod reply;
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use uuid::Uuid;
 
 use crate::roster::HostId;
@@ -91,12 +92,12 @@ pub enum RouterError {
     Failed(String),
 }
 
-/// What the local API asks of the gateway. Replies are JSON for the API to pass on.
+/// What the local API asks of the gateway, answered with the typed replies of [`reply`].
 pub trait Router: Send + Sync {
     /// The local agent named `name` (created, with a new global id, if needed).
     fn open_agent(&self, name: &str) -> Result<Uuid, RouterError>;
     /// Sends `text` to agent `to`; returns the message id and how it was routed.
-    fn send(&self, to: Uuid, from: Option<Uuid>, text: String) -> Result<Value, RouterError>;
+    fn send(&self, to: Uuid, from: Option<Uuid>, text: String) -> Result<reply::Sent, RouterError>;
     /// Up to `limit` held messages, oldest first (for agent `to` if given). With an agent and
     /// none held, waits up to `wait` for one to arrive and answers as soon as it does.
     fn held(
@@ -104,13 +105,17 @@ pub trait Router: Send + Sync {
         limit: usize,
         to: Option<Uuid>,
         wait: std::time::Duration,
-    ) -> Result<Value, RouterError>;
+    ) -> Result<Vec<crate::mailbox::Held>, RouterError>;
     /// Acknowledges a held message (only one held for agent `only_for`, when given); `false`
     /// when none was held.
     fn ack(&self, id: Uuid, only_for: Option<Uuid>) -> Result<bool, RouterError>;
     /// The delivery state of a message this host sent (only one agent `sent_by` sent, when
     /// given).
-    fn delivery(&self, id: Uuid, sent_by: Option<Uuid>) -> Result<Option<Value>, RouterError>;
+    fn delivery(
+        &self,
+        id: Uuid,
+        sent_by: Option<Uuid>,
+    ) -> Result<Option<reply::Delivery>, RouterError>;
     /// The local agent whose capability token `token` is, while its agent runs; the reason
     /// otherwise.
     fn authenticate(&self, token: &secrecy::SecretString) -> Result<Uuid, RouterError>;
@@ -119,10 +124,10 @@ pub trait Router: Send + Sync {
     /// Runs the spawn pipeline for a request made on this host, or asks another host; the
     /// outcome with its reasons. `by`: the local agent asking with its token (its profile's
     /// `may_spawn` must name the profile), or the operator.
-    fn spawn(&self, ask: &SpawnAsk, by: Option<Uuid>) -> Result<Value, RouterError>;
+    fn spawn(&self, ask: &SpawnAsk, by: Option<Uuid>) -> Result<reply::Spawned, RouterError>;
     /// The operator clears local agent `id`'s prompt (written on its terminal by someone else):
     /// its held messages are typed again; the line dismissed.
-    fn unblock(&self, id: Uuid) -> Result<Value, RouterError>;
+    fn unblock(&self, id: Uuid) -> Result<reply::Unblocked, RouterError>;
     /// Why each local agent that is `blocked` or `down` is so (for this host's operator).
     fn notes(&self) -> Vec<(Uuid, String)>;
     /// Puts this host's agents into the roster as they are this moment (a roster read then

@@ -65,6 +65,17 @@ pub enum SpawnOutcome {
     Failed,
 }
 
+impl SpawnOutcome {
+    /// Its name, as JSON writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SpawnOutcome::Started => "started",
+            SpawnOutcome::Refused => "refused",
+            SpawnOutcome::Failed => "failed",
+        }
+    }
+}
+
 /// The reply to a spawn request.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -130,6 +141,19 @@ pub enum DeliveryState {
     Failed,
     /// The receiving host's policy refused it; see the reason.
     Refused,
+}
+
+impl DeliveryState {
+    /// Its name, as JSON writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeliveryState::Queued => "queued",
+            DeliveryState::Delivered => "delivered",
+            DeliveryState::Acknowledged => "acknowledged",
+            DeliveryState::Failed => "failed",
+            DeliveryState::Refused => "refused",
+        }
+    }
 }
 
 /// A report on a message's delivery state.
