@@ -323,7 +323,7 @@ async fn a_bare_nack_below_the_inbox_limit_is_retried_in_order_until_the_queue_t
         "what it refused waits in the outbox"
     );
     for id in &sent[ROOM..] {
-        let record = b.courier.delivery(*id).unwrap().unwrap();
+        let record = b.courier.mailbox().delivery(*id).unwrap().unwrap();
         assert_eq!(record.state, fleetd::wire::DeliveryState::Queued);
         assert!(!record.in_broker, "{record:?}");
         assert!(record.retrying_since_ms.is_some(), "{record:?}");
@@ -346,7 +346,7 @@ async fn a_bare_nack_below_the_inbox_limit_is_retried_in_order_until_the_queue_t
     assert_eq!(received, sent, "every message once, in the sender's order");
     assert_eq!(b.left(), 0);
     for id in &sent {
-        let record = b.courier.delivery(*id).unwrap().unwrap();
+        let record = b.courier.mailbox().delivery(*id).unwrap().unwrap();
         assert!(
             record.in_broker && record.reason.is_none() && record.retrying_since_ms.is_none(),
             "{record:?}"

@@ -11,7 +11,7 @@ use crate::agent::{Owner, Process, RegistryError};
 use crate::broker::deliver::{Courier, CourierError};
 use crate::broker::link::Recorder;
 use crate::daemon::policy::PolicyHandle;
-use crate::mailbox::Held;
+use crate::mailbox::{Held, LocalSend, Mailbox, MailboxError};
 use crate::pane::process::{Liveness, Watched};
 use crate::pane::{Multiplexer, PaneError, PaneId, PaneState};
 use crate::roster::Roster;
@@ -24,8 +24,10 @@ use secrecy::SecretString;
 
 /// The gateway of one host.
 pub struct Gateway {
-    /// Delivery.
+    /// Delivery to and from other hosts.
     pub courier: Arc<Courier>,
+    /// This host's mailbox: local sends, held messages, delivery records.
+    pub mailbox: Arc<Mailbox>,
     /// Where agents are.
     pub roster: Arc<Mutex<Roster>>,
     /// The spawn pipeline (`None`: the configured multiplexer is not supported yet).
@@ -143,29 +145,41 @@ impl Router for Gateway {
                 }),
         };
         let (id, route) = match route::decide(local, located, &me.fleet) {
-            Route::Local => (self.courier.send_local(to, from, text), Routed::Local),
+            Route::Local => {
+                let sent = self.mailbox.send(LocalSend {
+                    to,
+                    from,
+                    text,
+                    typed_later: self.courier.agents().pane_of(to).is_some(),
+                });
+                (sent.map_err(local_error), Routed::Local)
+            }
             Route::Fleet { host } => {
                 let dest = Party {
                     fleet: me.fleet,
                     host: host.unwrap_or_default(),
                 };
-                (self.courier.send(dest, to, from, text), Routed::Fleet)
+                (
+                    self.courier
+                        .send(dest, to, from, text)
+                        .map_err(not_here(to)),
+                    Routed::Fleet,
+                )
             }
             Route::Foreign(host) => {
                 let dest = Party {
                     fleet: host.fleet,
                     host: host.host,
                 };
-                (self.courier.send(dest, to, from, text), Routed::Foreign)
+                (
+                    self.courier
+                        .send(dest, to, from, text)
+                        .map_err(not_here(to)),
+                    Routed::Foreign,
+                )
             }
         };
-        let id = id.map_err(|error| match error {
-            CourierError::NoBroker => RouterError::NoBroker {
-                what: format!("agent {to} is not on this host"),
-            },
-            other => courier_error(other),
-        })?;
-        Ok(Sent { id, route })
+        Ok(Sent { id: id?, route })
     }
 
     fn held(
@@ -175,13 +189,13 @@ impl Router for Gateway {
         wait: std::time::Duration,
     ) -> Result<Vec<Held>, RouterError> {
         let deadline = std::time::Instant::now() + wait;
-        let arrivals = self.courier.arrivals();
+        let arrivals = self.mailbox.arrivals();
         let shelf = to.map(crate::mailbox::Shelf::Agent);
         loop {
             // Counted before the look: an arrival between the look and the wait still wakes it.
             let since = shelf.map(|shelf| arrivals.count(shelf));
             let held = self
-                .courier
+                .mailbox
                 .held(limit, to)
                 .map_err(|e| RouterError::Failed(e.to_string()))?;
             let waited = match (shelf, since) {
@@ -280,7 +294,7 @@ impl Router for Gateway {
 
     fn delivery(&self, id: Uuid, sent_by: Option<Uuid>) -> Result<Option<Tracked>, RouterError> {
         Ok(self
-            .courier
+            .mailbox
             .delivery(id)
             .map_err(|e| RouterError::Failed(e.to_string()))?
             .filter(|t| sent_by.is_none() || t.from == sent_by))
@@ -471,6 +485,21 @@ pub fn why_gone(mux: &dyn Multiplexer, pane: &PaneId) -> Result<Option<String>, 
         Err(PaneError::NoPane(_)) => Ok(Some("its pane is gone".to_owned())),
         Err(error) => Err(error),
     }
+}
+
+/// A send to agent `to`, not on this host, that could not be queued.
+fn not_here(to: Uuid) -> impl FnOnce(CourierError) -> RouterError {
+    move |error| match error {
+        CourierError::NoBroker => RouterError::NoBroker {
+            what: format!("agent {to} is not on this host"),
+        },
+        other => courier_error(other),
+    }
+}
+
+/// A local send that could not be held.
+fn local_error(error: MailboxError) -> RouterError {
+    RouterError::Failed(error.to_string())
 }
 
 pub(super) fn courier_error(error: CourierError) -> RouterError {

@@ -195,6 +195,7 @@ fn inject_round(ctx: &Injector, agent: Uuid, marks: &mut Marks) -> bool {
         return false;
     };
     let held = courier
+        .mailbox()
         .held(PER_AGENT_ROUND, Some(agent))
         .unwrap_or_default();
     let full = held.len() >= PER_AGENT_ROUND;

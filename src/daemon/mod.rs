@@ -87,6 +87,9 @@ pub async fn run(
     scrubber: Scrubber,
     sandbox: Enforced,
 ) -> Result<(), RunError> {
+    // First: a SIGHUP or SIGTERM from the moment fleetd says it is ready (or earlier) is
+    // handled, never the default action that would end it.
+    let signals = Signals::install()?;
     let listener = api::bind(&config.paths.runtime, config.socket_access).map_err(RunError::Api)?;
     let mut local = Local::open(&config, &secrets, &policy, &scrubber)?;
     let mut tasks = Tasks::new();
@@ -108,7 +111,6 @@ pub async fn run(
     };
     tasks.spawn(|stopped| api::serve(listener, api_state, stopped));
     log_started(&config, &secrets, &policy);
-    let signals = Signals::install()?;
     let status = || service_status(link.status.as_ref(), &local.roster, &sandbox);
     serve_until_stopped(signals, &policy, &status).await;
     tasks.stop().await;
@@ -256,6 +258,7 @@ fn start_gateway(
     }
     Arc::new(gateway::Gateway {
         courier: Arc::clone(&local.courier),
+        mailbox: Arc::clone(local.courier.mailbox()),
         roster: Arc::clone(&local.roster),
         spawner,
         policy: policy.clone(),

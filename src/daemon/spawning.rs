@@ -294,11 +294,15 @@ impl Gateway {
             )
             .map_err(courier_error)?;
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(290);
-        let arrivals = self.courier.arrivals();
+        let arrivals = self.mailbox.arrivals();
         loop {
             // Counted before the look: a reply held between the look and the wait wakes it.
             let since = arrivals.count(crate::mailbox::Shelf::Host);
-            if let Some((held, reply)) = self.courier.take_spawn_reply(id).map_err(courier_error)? {
+            if let Some((held, reply)) = self
+                .mailbox
+                .take_spawn_reply(id)
+                .map_err(|e| RouterError::Failed(e.to_string()))?
+            {
                 if let (Some(agent), Some(requester)) = (reply.agent, ask.for_agent) {
                     self.courier
                         .remember_spawned(agent, &held.origin, requester);
@@ -327,7 +331,7 @@ impl Gateway {
     /// Runs every spawn request from another host waiting in the held store, and replies (one
     /// at a time: each waits for its readiness gate).
     pub(super) fn serve_spawn_requests(&self) {
-        let Ok(waiting) = self.courier.spawn_requests() else {
+        let Ok(waiting) = self.mailbox.spawn_requests() else {
             return;
         };
         for (held, body) in waiting {

@@ -9,6 +9,7 @@
 //! Imports: `state` (the shelves), `wire` (what a held message carries).
 
 mod held;
+mod store;
 
 use std::collections::HashMap;
 use std::sync::{Condvar, Mutex};
@@ -17,6 +18,7 @@ use std::time::Instant;
 use tokio::sync::watch;
 
 pub use self::held::{Held, HeldBody, shelf_for};
+pub use self::store::{LocalSend, Mailbox, MailboxError};
 pub use crate::state::Shelf;
 
 /// Counts arrivals per shelf and wakes who waits for them.

@@ -26,8 +26,8 @@ use uuid::Uuid;
 use super::envelope::OutboxRecord;
 use super::topology::{SEND_EXCHANGE, agent_key, control_key, ingress_exchange};
 use crate::agent::Registry;
-use crate::mailbox::{Arrivals, Held, HeldBody};
-use crate::state::{Incoming, Shelf, StateError, StateStore, Taken};
+use crate::mailbox::{Arrivals, Held, Mailbox};
+use crate::state::{Shelf, StateError, StateStore};
 use crate::wire::{
     self, AgentMessage, DeliveryReceipt, DeliveryState, HostKey, Kind, Meta, Party, Payload,
     Sealed, SpawnReply, SpawnRequest, Tracked,
@@ -83,8 +83,8 @@ pub struct Courier {
     agents: Arc<Registry>,
     /// Woken when the outbox has something to publish.
     pub outbox_ready: Notify,
-    /// Who is woken when a message is held for a local recipient.
-    arrivals: Arrivals,
+    /// The host-local mailbox the intake holds into (and local sends use directly).
+    mailbox: Arc<Mailbox>,
     /// Where agents were last placed (see [`Courier::placed_at`]), and when it was last stored.
     placements: std::sync::Mutex<HashMap<Uuid, Placed>>,
     /// The policy messages from other hosts are decided by (see [`Courier::use_policy`]).
@@ -154,15 +154,19 @@ impl Courier {
         let agents = Arc::new(Registry::load(Arc::clone(&state))?);
         let placements = load_placements(&state)?;
         shelve_old_held(&state)?;
+        let me = Party {
+            fleet: fleet.to_owned(),
+            host: host.to_owned(),
+        };
         Ok(Courier {
             fleet: fleet.to_owned(),
             host: host.to_owned(),
             vhost: vhost.to_owned(),
             key,
+            mailbox: Arc::new(Mailbox::new(me, Arc::clone(&state))),
             state,
             agents,
             outbox_ready: Notify::new(),
-            arrivals: Arrivals::new(),
             placements: std::sync::Mutex::new(placements),
             policy: std::sync::OnceLock::new(),
         })
@@ -235,7 +239,12 @@ impl Courier {
 
     /// Who is woken when a message is held for a local recipient.
     pub fn arrivals(&self) -> &Arrivals {
-        &self.arrivals
+        self.mailbox.arrivals()
+    }
+
+    /// The host-local mailbox.
+    pub fn mailbox(&self) -> &Arc<Mailbox> {
+        &self.mailbox
     }
 
     /// The local agents (the registry's owner is the daemon; the courier only reads it).
@@ -356,100 +365,6 @@ impl Courier {
         Ok(sealed.meta.id)
     }
 
-    /// Delivers a message to a local agent without the broker: held, delivered, in one
-    /// transaction.
-    pub fn send_local(
-        &self,
-        to: Uuid,
-        from: Option<Uuid>,
-        text: String,
-    ) -> Result<Uuid, CourierError> {
-        if !self.is_local(to) {
-            return Err(CourierError::Invalid(format!("no local agent {to}")));
-        }
-        let body = AgentMessage {
-            v: wire::VERSION,
-            to,
-            from,
-            text,
-        };
-        let id = Uuid::now_v7();
-        let now = now_ms();
-        let held = Held {
-            id,
-            origin: self.me(),
-            to: Some(to),
-            created_ms: now,
-            body: HeldBody::Message(body),
-        };
-        let tracked = Tracked {
-            to,
-            from,
-            dest: self.me(),
-            // A pane agent's message is delivered when it is typed.
-            state: if self.pane_of(to).is_some() {
-                DeliveryState::Queued
-            } else {
-                DeliveryState::Delivered
-            },
-            in_broker: false,
-            reason: None,
-            at_ms: now,
-            retrying_since_ms: None,
-        };
-        let held = encode(&held);
-        let tracked = [(id, tracked.encode())];
-        let item = Incoming {
-            key_id: "local",
-            id,
-            expires_ms: now + MESSAGE_TTL_MS,
-            hold: Some((Shelf::Agent(to), &held)),
-            outbox: None,
-            receipt: false,
-            delivery: &tracked,
-        };
-        match self
-            .state
-            .accept_batch(&[item], now, &|_| Vec::new())?
-            .first()
-        {
-            Some(Taken::New) => {
-                self.arrivals.arrived(Shelf::Agent(to));
-                Ok(id)
-            }
-            _ => Err(CourierError::State(StateError::Full {
-                what: "held store",
-                limit: 0,
-            })),
-        }
-    }
-
-    /// Up to `limit` held messages, oldest first: for agent `to` (its shelf alone), or every
-    /// one but spawn requests.
-    pub fn held(&self, limit: usize, to: Option<Uuid>) -> Result<Vec<Held>, StateError> {
-        let Some(to) = to else {
-            return Ok(decoded(self.state.held_list(limit)?)
-                .into_iter()
-                .filter(|h| !matches!(h.body, HeldBody::SpawnRequest(_)))
-                .collect());
-        };
-        Ok(decoded(self.state.held_on(Shelf::Agent(to), limit)?))
-    }
-
-    /// Spawn requests from other hosts waiting for the spawn worker, oldest first.
-    pub fn spawn_requests(&self) -> Result<Vec<(Held, SpawnRequest)>, StateError> {
-        Ok(decoded(self.state.held_on(Shelf::Spawn, usize::MAX)?)
-            .into_iter()
-            .filter_map(|h| match &h.body {
-                HeldBody::SpawnRequest(request) => {
-                    let request = request.clone();
-                    Some((h, request))
-                }
-                _ => None,
-            })
-            .collect())
-    }
-
     /// Answers a held spawn request: the reply goes to the requesting gateway and the request
     /// leaves the held store, in one transaction.
     pub fn answer_spawn(&self, request: &Held, reply: &SpawnReply) -> Result<(), CourierError> {
@@ -467,24 +382,6 @@ impl Courier {
         self.state.outbox_put(id, &record)?;
         self.outbox_ready.notify_one();
         Ok(id)
-    }
-
-    /// The held reply to spawn request `request`, taken out of the held store.
-    pub fn take_spawn_reply(
-        &self,
-        request: Uuid,
-    ) -> Result<Option<(Held, SpawnReply)>, CourierError> {
-        for held in decoded(self.state.held_on(Shelf::Host, usize::MAX)?) {
-            let HeldBody::SpawnReply(reply) = &held.body else {
-                continue;
-            };
-            let reply = reply.clone();
-            if reply.request == request {
-                self.state.held_ack_with(held.id, None, None)?;
-                return Ok(Some((held, reply)));
-            }
-        }
-        Ok(None)
     }
 
     /// Acknowledges a held message: it is not offered again, and its sender learns it was
@@ -541,14 +438,6 @@ impl Courier {
         Ok(released)
     }
 
-    /// A message's delivery record, if this host sent it.
-    pub fn delivery(&self, id: Uuid) -> Result<Option<Tracked>, StateError> {
-        Ok(self
-            .state
-            .delivery_get(id)?
-            .and_then(|b| Tracked::decode(&b)))
-    }
-
     /// An outbox record carrying `payload` to the gateway `dest` (untracked).
     fn to_gateway(&self, dest: Party, payload: &Payload) -> Result<(Uuid, Vec<u8>), CourierError> {
         let address = self.address(&dest, None);
@@ -589,14 +478,6 @@ impl Courier {
         });
         self.to_gateway(dest, &payload)
     }
-}
-
-/// The held records of `entries` (one that does not decode is left out: never written so).
-fn decoded(entries: Vec<(Uuid, Vec<u8>)>) -> Vec<Held> {
-    entries
-        .into_iter()
-        .filter_map(|(_, bytes)| Held::decode(&bytes))
-        .collect()
 }
 
 /// Puts messages held by a fleetd from before shelves on theirs (once, at open).

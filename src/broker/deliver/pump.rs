@@ -398,7 +398,7 @@ impl Pump {
             if sealed.meta.expires_ms <= now {
                 // Waited out its whole life here (the broker unreachable for a day): no receiver
                 // would take it, so its sender learns now rather than from a refusal.
-                let moved = courier.delivery(id).ok().flatten().map(|t| {
+                let moved = courier.mailbox().delivery(id).ok().flatten().map(|t| {
                     t.moved(DeliveryState::Failed, Some(EXPIRED_HERE.to_owned()), now)
                         .encode()
                 });
@@ -540,7 +540,7 @@ impl Pump {
                     let moved: Vec<(Uuid, Vec<u8>)> = waiting
                         .iter()
                         .filter_map(|id| {
-                            let t = courier.delivery(*id).ok().flatten()?;
+                            let t = courier.mailbox().delivery(*id).ok().flatten()?;
                             let mut t = t.moved(DeliveryState::Failed, reason.clone(), now);
                             t.in_broker = true;
                             Some((*id, t.encode()))

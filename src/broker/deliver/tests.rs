@@ -179,7 +179,7 @@ fn a_receipt_moves_only_the_messages_sent_to_the_fleet_it_comes_from() {
                 .unwrap()
         })
         .collect();
-    let state = |id| a.courier.delivery(id).unwrap().unwrap().state;
+    let state = |id| a.courier.mailbox().delivery(id).unwrap().unwrap().state;
     let (acks, _) = take_in(&r, &at_r, &outbox(&a));
     assert_eq!(acks, vec![true; 2]);
 
@@ -260,13 +260,16 @@ fn a_refused_authentic_message_is_answered_with_a_failed_receipt_once() {
     assert_eq!(acks, vec![true, true], "acknowledged, never rejected");
     let events: Vec<&str> = audit.iter().map(|(e, _)| *e).collect();
     assert_eq!(events, ["message.refused", "message.duplicate"]);
-    assert!(r.courier.held(10, None).unwrap().is_empty(), "nothing held");
+    assert!(
+        r.courier.mailbox().held(10, None).unwrap().is_empty(),
+        "nothing held"
+    );
 
     let answers = outbox(&r);
     assert_eq!(answers.len(), 1, "answered once: {answers:?}");
     let (acks, _) = take_in(&a, &at_a, &answers);
     assert_eq!(acks, vec![true]);
-    let tracked = a.courier.delivery(id).unwrap().unwrap();
+    let tracked = a.courier.mailbox().delivery(id).unwrap().unwrap();
     assert_eq!(tracked.state, DeliveryState::Failed);
     let reason = tracked.reason.unwrap();
     assert!(
@@ -375,6 +378,7 @@ fn messages_from_other_hosts_reach_an_agent_only_as_the_message_policy_says_and_
 
     let held: Vec<Uuid> = r
         .courier
+        .mailbox()
         .held(100, None)
         .unwrap()
         .iter()
@@ -424,7 +428,7 @@ fn messages_from_other_hosts_reach_an_agent_only_as_the_message_policy_says_and_
         .collect();
     let (acks, _) = take_in(&b, &at_b, &answers);
     assert!(acks.iter().all(|a| *a));
-    let state_at_b = |id| b.courier.delivery(id).unwrap().unwrap();
+    let state_at_b = |id| b.courier.mailbox().delivery(id).unwrap().unwrap();
     for refused in [cases[1].0, cases[3].0] {
         let tracked = state_at_b(refused);
         assert_eq!(tracked.state, DeliveryState::Refused);
