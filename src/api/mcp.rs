@@ -342,9 +342,8 @@ mod tests {
     #[test]
     fn each_tools_output_schema_is_its_reply_types() {
         let tools = PrimaryTools::tool_router().list_all();
-        let properties = |name: &str| -> Vec<String> {
-            let tool = tools.iter().find(|t| t.name == name).expect(name);
-            let schema = tool.output_schema.as_ref().expect("an output schema");
+        // A JSON schema object's property names, sorted.
+        let keys = |schema: &serde_json::Value| -> Vec<String> {
             let mut keys: Vec<String> = schema["properties"]
                 .as_object()
                 .expect("properties")
@@ -354,16 +353,12 @@ mod tests {
             keys.sort();
             keys
         };
-        let fields = |schema: schemars::Schema| -> Vec<String> {
-            let mut keys: Vec<String> = schema.as_value()["properties"]
-                .as_object()
-                .expect("properties")
-                .keys()
-                .cloned()
-                .collect();
-            keys.sort();
-            keys
+        let properties = |name: &str| {
+            let tool = tools.iter().find(|t| t.name == name).expect(name);
+            let schema = tool.output_schema.as_ref().expect("an output schema");
+            keys(&serde_json::Value::Object((**schema).clone()))
         };
+        let fields = |schema: schemars::Schema| keys(schema.as_value());
         for (tool, schema) in [
             ("roster", schemars::schema_for!(reply::Roster)),
             ("send", schemars::schema_for!(reply::Sent)),
