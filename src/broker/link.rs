@@ -5,7 +5,7 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use futures_lite::StreamExt;
 use lapin::message::Delivery;
@@ -26,7 +26,7 @@ use super::inbound::{Inbound, InboundRefusal};
 use super::topology::{self, QueueType, ROSTER_EXCHANGE};
 use super::{AmqpError, ConnectError, confirm_channel, connect_node};
 use crate::secret::BrokerUri;
-use crate::wire::{self, HostKey, Kind, Meta, Party, Payload, utc};
+use crate::wire::{self, HostKey, Kind, Meta, Party, Payload, now_ms, utc};
 
 /// Where the link stands; `since` is Unix milliseconds: when the link came up, or the first
 /// failure of the current run of failures (a retry does not move it).
@@ -904,12 +904,6 @@ fn set(status: &watch::Sender<LinkStatus>, next: LinkStatus) {
         }
     }
     status.send_replace(next);
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// How long the link's loop waits for a channel to open on a connection it already has.

@@ -297,10 +297,7 @@ fn keep_house(config: &Config, local: &Local, gateway: &Arc<gateway::Gateway>, t
 
 /// Prunes expired replay, dedupe and delivery records.
 fn prune(state: &StateStore) {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-    match state.prune(now) {
+    match state.prune(crate::wire::now_ms()) {
         Ok(pruned) if pruned.replay + pruned.dedupe + pruned.delivery > 0 => {
             info!(
                 state.replay = pruned.replay,

@@ -9,7 +9,9 @@ use uuid::Uuid;
 
 use super::{Arrivals, Held, HeldBody, Shelf};
 use crate::state::{Incoming, StateError, StateStore, Taken};
-use crate::wire::{self, AgentMessage, DeliveryState, Party, SpawnReply, SpawnRequest, Tracked};
+use crate::wire::{
+    self, AgentMessage, DeliveryState, Party, SpawnReply, SpawnRequest, Tracked, now_ms,
+};
 
 /// How long a local message's id is remembered against a second delivery (as long as an
 /// envelope may live).
@@ -180,10 +182,4 @@ fn decoded(entries: Vec<(Uuid, Vec<u8>)>) -> Vec<Held> {
         .into_iter()
         .filter_map(|(_, bytes)| Held::decode(&bytes))
         .collect()
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }

@@ -24,6 +24,13 @@ pub use seal::{
 };
 pub use tracked::Tracked;
 
+/// The wall clock now, Unix milliseconds (0 before 1970, saturated far in the future).
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
 /// Unix milliseconds as `YYYY-MM-DDTHH:MM:SSZ` (UTC; the proleptic Gregorian calendar).
 pub fn utc(ms: i64) -> String {
     let secs = ms.div_euclid(1000);

@@ -17,7 +17,6 @@ pub use pump::{Outlets, Pump, PumpError};
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
@@ -30,7 +29,7 @@ use crate::mailbox::{Arrivals, Held, Mailbox};
 use crate::state::{Shelf, StateError, StateStore};
 use crate::wire::{
     self, AgentMessage, DeliveryReceipt, DeliveryState, HostKey, Kind, Meta, Party, Payload,
-    Sealed, SpawnReply, SpawnRequest, Tracked,
+    Sealed, SpawnReply, SpawnRequest, Tracked, now_ms,
 };
 
 /// How long an envelope stays valid: long enough to outlast a broker outage in the outbox or a
@@ -532,12 +531,6 @@ fn load_placements(state: &StateStore) -> Result<HashMap<Uuid, Placed>, StateErr
 /// JSON bytes of a record.
 fn encode<T: Serialize>(value: &T) -> Vec<u8> {
     serde_json::to_vec(value).unwrap_or_default()
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 #[cfg(test)]
