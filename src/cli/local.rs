@@ -13,9 +13,8 @@ use super::{Output, exit};
 use crate::api::{self, Request};
 use crate::config::Config;
 use crate::mailbox::HeldBody;
-use crate::roster::PeerState;
 use crate::route::SpawnAsk;
-use crate::route::reply::{self, Routed};
+use crate::route::reply;
 use crate::wire::{DeliveryState, SpawnOutcome};
 
 /// `fleetd inbox …`: messages held for the primary.
@@ -187,15 +186,11 @@ pub(super) fn roster(config: Option<&Path>, json_out: bool, out: &Output) -> Exi
                         format!("{} ({}, {}{why})", a.name, a.profile, a.status)
                     })
                     .collect();
-                let state = match host.state {
-                    PeerState::Alive => "alive",
-                    PeerState::Suspect => "suspect",
-                };
                 lines.push(format!(
                     "{:<16} {:<20} {:<8} {}",
                     host.fleet,
                     host.host,
-                    state,
+                    host.state.as_str(),
                     if agents.is_empty() {
                         "-".to_owned()
                     } else {
@@ -301,14 +296,10 @@ pub(super) fn send(
         from,
     };
     ask(config, request, json_out, out, |reply: &reply::Sent| {
-        let route = match reply.route {
-            Routed::Local => "local",
-            Routed::Fleet => "fleet",
-            Routed::Foreign => "foreign",
-        };
         vec![format!(
-            "{}  (route: {route}; `fleetd delivery ID` follows it)",
-            reply.id
+            "{}  (route: {}; `fleetd delivery ID` follows it)",
+            reply.id,
+            reply.route.as_str()
         )]
     })
 }

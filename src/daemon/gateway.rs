@@ -18,6 +18,7 @@ use crate::roster::Roster;
 use crate::route::reply::{Routed, Sent, Spawned, Unblocked};
 use crate::route::{self, Route, Router, RouterError, SpawnAsk};
 use crate::spawn::Spawner;
+use crate::state::StateError;
 use crate::wire::Tracked;
 use crate::wire::{MAX_TEXT, Party};
 use secrecy::SecretString;
@@ -194,10 +195,7 @@ impl Router for Gateway {
         loop {
             // Counted before the look: an arrival between the look and the wait still wakes it.
             let since = shelf.map(|shelf| arrivals.count(shelf));
-            let held = self
-                .mailbox
-                .held(limit, to)
-                .map_err(|e| RouterError::Failed(e.to_string()))?;
+            let held = self.mailbox.held(limit, to).map_err(state_error)?;
             let waited = match (shelf, since) {
                 (Some(shelf), Some(since)) if held.is_empty() => {
                     arrivals.wait(shelf, since, deadline)
@@ -296,7 +294,7 @@ impl Router for Gateway {
         Ok(self
             .mailbox
             .delivery(id)
-            .map_err(|e| RouterError::Failed(e.to_string()))?
+            .map_err(state_error)?
             .filter(|t| sent_by.is_none() || t.from == sent_by))
     }
 }
@@ -502,13 +500,18 @@ fn local_error(error: MailboxError) -> RouterError {
     RouterError::Failed(error.to_string())
 }
 
+/// The mailbox could not read or take what was asked.
+pub(super) fn state_error(error: StateError) -> RouterError {
+    RouterError::Failed(error.to_string())
+}
+
 pub(super) fn courier_error(error: CourierError) -> RouterError {
     match error {
         CourierError::Invalid(reason) => RouterError::Invalid(reason),
         CourierError::NoBroker => RouterError::NoBroker {
             what: "this needs another host".to_owned(),
         },
-        CourierError::State(error) => RouterError::Failed(error.to_string()),
+        CourierError::State(error) => state_error(error),
     }
 }
 

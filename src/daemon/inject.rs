@@ -83,7 +83,7 @@ pub async fn run(
     let mut arrivals = ctx.courier.arrivals().watch();
     let mut workers: HashMap<Uuid, tokio::task::JoinHandle<()>> = HashMap::new();
     loop {
-        if !woken(&mut tick, &mut arrivals, &mut stop).await {
+        if !super::woken(&mut tick, Some(&mut arrivals), &mut stop).await {
             return;
         }
         workers.retain(|_, worker| !worker.is_finished());
@@ -95,26 +95,6 @@ pub async fn run(
             }
         }
     }
-}
-
-/// Waits for the tick or an arrival (marked seen); `false` once the daemon stops or the
-/// arrivals end.
-async fn woken(
-    tick: &mut tokio::time::Interval,
-    arrivals: &mut watch::Receiver<u64>,
-    stop: &mut watch::Receiver<bool>,
-) -> bool {
-    tokio::select! {
-        _ = tick.tick() => {}
-        changed = arrivals.changed() => {
-            if changed.is_err() {
-                return false;
-            }
-        }
-        _ = stop.changed() => return false,
-    }
-    arrivals.borrow_and_update();
-    true
 }
 
 /// What every worker types with: the mailbox, the panes and the policy.
@@ -135,7 +115,7 @@ async fn serve(ctx: Arc<Injector>, agent: Uuid, mut stop: watch::Receiver<bool>)
     let mut arrivals = ctx.courier.arrivals().watch_shelf(Shelf::Agent(agent));
     let mut marks = Marks::default();
     loop {
-        if !woken(&mut tick, &mut arrivals, &mut stop).await {
+        if !super::woken(&mut tick, Some(&mut arrivals), &mut stop).await {
             return;
         }
         if ctx.courier.agents().pane_of(agent).is_none() {

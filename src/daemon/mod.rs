@@ -228,7 +228,7 @@ fn keep_presence(local: &Local, tasks: &mut Tasks) {
     presence::announce(&local.courier, &local.roster);
     let roster = Arc::clone(&local.roster);
     tasks.spawn(|stopped| presence::keep_roster(roster, stopped));
-    if local.fabric.is_none() {
+    if !local.courier.has_broker() {
         let (courier, roster) = (Arc::clone(&local.courier), Arc::clone(&local.roster));
         tasks.spawn(|stopped| presence::announce_changes(courier, roster, stopped));
     }
@@ -694,28 +694,38 @@ async fn on_arrival(
 ) {
     let work = Arc::new(work);
     let mut tick = tokio::time::interval(period);
-    loop {
-        let arrived = async {
-            match arrivals.as_mut() {
-                Some(arrivals) => arrivals.changed().await.is_ok(),
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            _ = tick.tick() => {}
-            open = arrived => {
-                if !open {
-                    return;
-                }
-            }
-            _ = stop.changed() => return,
-        }
-        if let Some(arrivals) = arrivals.as_mut() {
-            arrivals.borrow_and_update();
-        }
+    while woken(&mut tick, arrivals.as_mut(), &mut stop).await {
         let work = Arc::clone(&work);
         let _ = tokio::task::spawn_blocking(move || work()).await;
     }
+}
+
+/// Waits for the tick or an arrival (then marked seen); `false` once `stop` changes or the
+/// arrivals end.
+async fn woken(
+    tick: &mut tokio::time::Interval,
+    mut arrivals: Option<&mut watch::Receiver<u64>>,
+    stop: &mut watch::Receiver<bool>,
+) -> bool {
+    let arrived = async {
+        match arrivals.as_deref_mut() {
+            Some(arrivals) => arrivals.changed().await.is_ok(),
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = tick.tick() => {}
+        open = arrived => {
+            if !open {
+                return false;
+            }
+        }
+        _ = stop.changed() => return false,
+    }
+    if let Some(arrivals) = arrivals {
+        arrivals.borrow_and_update();
+    }
+    true
 }
 
 /// Records decisions in the audit log; a failed write is logged (it needs an operator).

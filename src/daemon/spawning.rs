@@ -7,7 +7,7 @@ use secrecy::SecretString;
 use serde_json::json;
 use uuid::Uuid;
 
-use super::gateway::{Gateway, courier_error};
+use super::gateway::{Gateway, courier_error, state_error};
 use crate::agent::{Owner, Process, Registration};
 use crate::api::{ENV_AGENT_ID, ENV_AGENT_TOKEN, ENV_SOCKET};
 use crate::policy::{Origin, Request, SecretRef};
@@ -298,11 +298,7 @@ impl Gateway {
         loop {
             // Counted before the look: a reply held between the look and the wait wakes it.
             let since = arrivals.count(crate::mailbox::Shelf::Host);
-            if let Some((held, reply)) = self
-                .mailbox
-                .take_spawn_reply(id)
-                .map_err(|e| RouterError::Failed(e.to_string()))?
-            {
+            if let Some((held, reply)) = self.mailbox.take_spawn_reply(id).map_err(state_error)? {
                 if let (Some(agent), Some(requester)) = (reply.agent, ask.for_agent) {
                     self.courier
                         .remember_spawned(agent, &held.origin, requester);

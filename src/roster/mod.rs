@@ -55,6 +55,16 @@ pub enum PeerState {
     Suspect,
 }
 
+impl PeerState {
+    /// Its name, as JSON writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PeerState::Alive => "alive",
+            PeerState::Suspect => "suspect",
+        }
+    }
+}
+
 /// What a beat changed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Change {

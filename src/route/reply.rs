@@ -109,6 +109,17 @@ pub enum Routed {
     Foreign,
 }
 
+impl Routed {
+    /// Its name, as JSON writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Routed::Local => "local",
+            Routed::Fleet => "fleet",
+            Routed::Foreign => "foreign",
+        }
+    }
+}
+
 /// `send`: the message id and how it went.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Sent {
