@@ -209,7 +209,7 @@ impl Router for Gateway {
     }
 
     fn ack(&self, id: Uuid, only_for: Option<Uuid>) -> Result<bool, RouterError> {
-        self.courier.ack(id, only_for).map_err(courier_error)
+        self.mailbox.ack(id, only_for).map_err(state_error)
     }
 
     fn authenticate(&self, token: &SecretString) -> Result<Uuid, RouterError> {

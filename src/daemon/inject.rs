@@ -30,11 +30,9 @@ use uuid::Uuid;
 
 use super::gateway::{Processes, agent_gone};
 use super::policy::PolicyHandle;
-use crate::agent::Status;
-use crate::broker::deliver::Courier;
+use crate::agent::{Registry, Status};
 use crate::broker::link::Recorder;
-use crate::mailbox::Shelf;
-use crate::mailbox::{Held, HeldBody};
+use crate::mailbox::{Held, HeldBody, Mailbox, Shelf};
 use crate::pane::{Multiplexer, PaneId, PaneState};
 use crate::scrub::Scrubber;
 use crate::spawn::{dialog_line, reported_line};
@@ -60,34 +58,19 @@ const TAKEN_WITHIN: [Duration; 2] = [Duration::from_millis(1500), Duration::from
 
 /// Types held messages into pane agents until `stop` turns true: one worker per pane agent, so
 /// that no agent — one that does not take what is typed, a slow pane — holds up another's.
-pub async fn run(
-    courier: Arc<Courier>,
-    mux: Arc<dyn Multiplexer>,
-    processes: Arc<Processes>,
-    policy: PolicyHandle,
-    scrubber: Scrubber,
-    record: Recorder,
-    mut stop: watch::Receiver<bool>,
-) {
-    let ctx = Arc::new(Injector {
-        courier,
-        mux,
-        processes,
-        policy,
-        scrubber,
-        record,
-    });
+pub async fn run(injector: Injector, mut stop: watch::Receiver<bool>) {
+    let ctx = Arc::new(injector);
     // A new pane agent gets its worker at the first arrival after it registered (its first
     // message, at the latest) or at the next tick.
     let mut tick = tokio::time::interval(Duration::from_millis(250));
-    let mut arrivals = ctx.courier.arrivals().watch();
+    let mut arrivals = ctx.mailbox.arrivals().watch();
     let mut workers: HashMap<Uuid, tokio::task::JoinHandle<()>> = HashMap::new();
     loop {
         if !super::woken(&mut tick, Some(&mut arrivals), &mut stop).await {
             return;
         }
         workers.retain(|_, worker| !worker.is_finished());
-        let agents = ctx.courier.agents();
+        let agents = &ctx.agents;
         for (id, _) in agents.list() {
             if agents.pane_of(id).is_some() && !workers.contains_key(&id) {
                 let worker = serve(Arc::clone(&ctx), id, stop.clone());
@@ -97,14 +80,22 @@ pub async fn run(
     }
 }
 
-/// What every worker types with: the mailbox, the panes and the policy.
-struct Injector {
-    courier: Arc<Courier>,
-    mux: Arc<dyn Multiplexer>,
-    processes: Arc<Processes>,
-    policy: PolicyHandle,
-    scrubber: Scrubber,
-    record: Recorder,
+/// What every worker types with: the mailbox, the local agents, the panes and the policy.
+pub struct Injector {
+    /// Where held messages are read and released.
+    pub mailbox: Arc<Mailbox>,
+    /// The local agents (their panes, processes and status).
+    pub agents: Arc<Registry>,
+    /// The panes.
+    pub mux: Arc<dyn Multiplexer>,
+    /// The processes fleetd started (to tell one that ended).
+    pub processes: Arc<Processes>,
+    /// The policy (each profile's input line).
+    pub policy: PolicyHandle,
+    /// Scrubs each text before it is typed.
+    pub scrubber: Scrubber,
+    /// The audit record.
+    pub record: Recorder,
 }
 
 /// One pane agent's worker: woken by an arrival on its own shelf, or by the tick — the safety
@@ -112,13 +103,13 @@ struct Injector {
 /// ended, a message not yet taken). Ends when the agent no longer has a pane here.
 async fn serve(ctx: Arc<Injector>, agent: Uuid, mut stop: watch::Receiver<bool>) {
     let mut tick = tokio::time::interval(Duration::from_millis(250));
-    let mut arrivals = ctx.courier.arrivals().watch_shelf(Shelf::Agent(agent));
+    let mut arrivals = ctx.mailbox.arrivals().watch_shelf(Shelf::Agent(agent));
     let mut marks = Marks::default();
     loop {
         if !super::woken(&mut tick, Some(&mut arrivals), &mut stop).await {
             return;
         }
-        if ctx.courier.agents().pane_of(agent).is_none() {
+        if ctx.agents.pane_of(agent).is_none() {
             return;
         }
         let round = {
@@ -170,16 +161,16 @@ const PER_AGENT_ROUND: usize = 32;
 /// later ones wait behind it. Whether a whole batch was typed with more behind it (look again
 /// at once).
 fn inject_round(ctx: &Injector, agent: Uuid, marks: &mut Marks) -> bool {
-    let courier = ctx.courier.as_ref();
-    let Some(pane) = courier.agents().pane_of(agent).map(PaneId) else {
+    let agents = ctx.agents.as_ref();
+    let Some(pane) = agents.pane_of(agent).map(PaneId) else {
         return false;
     };
-    let held = courier
-        .mailbox()
+    let held = ctx
+        .mailbox
         .held(PER_AGENT_ROUND, Some(agent))
         .unwrap_or_default();
     let full = held.len() >= PER_AGENT_ROUND;
-    let local = courier.agents().agent(agent);
+    let local = agents.agent(agent);
     let process = local.as_ref().and_then(|a| a.process.clone());
     let input = local.as_ref().and_then(|a| {
         let policy = ctx.policy.current();
@@ -211,7 +202,7 @@ fn inject_round(ctx: &Injector, agent: Uuid, marks: &mut Marks) -> bool {
                     &pane,
                     &marks.typed,
                     dismissed,
-                    courier,
+                    agents,
                     agent,
                 )
             })
@@ -249,8 +240,8 @@ fn inject_round(ctx: &Injector, agent: Uuid, marks: &mut Marks) -> bool {
             }
         }
         marks.blocked.remove(&message.id);
-        courier.agents().set_status(agent, Status::Ready, None);
-        match courier.injected(message.id) {
+        agents.set_status(agent, Status::Ready, None);
+        match ctx.mailbox.typed(message.id) {
             Ok(_) => {
                 info!(msg.id = %message.id, agent.id = %agent, "message typed into its pane");
                 (ctx.record)(vec![(
@@ -276,17 +267,14 @@ fn inject_round(ctx: &Injector, agent: Uuid, marks: &mut Marks) -> bool {
 /// (`fleetd agent unblock`). Set before the hold is logged and audited (once per message), so
 /// that a roster read after the record says so.
 fn hold(ctx: &Injector, marks: &mut Marks, message: &Held, agent: Uuid, block: Block) {
-    let courier = &ctx.courier;
     let Block {
         status,
         reason,
         prompt,
     } = block;
-    courier
-        .agents()
-        .set_status(agent, status, Some(reason.clone()));
+    ctx.agents.set_status(agent, status, Some(reason.clone()));
     if let Some(line) = &prompt {
-        courier.agents().set_prompt(agent, line);
+        ctx.agents.set_prompt(agent, line);
     }
     if marks.blocked.insert(message.id) {
         warn!(msg.id = %message.id, agent.id = %agent, %reason, "message held for its pane agent");
@@ -524,7 +512,7 @@ fn block_reason(
     pane: &PaneId,
     typed: &VecDeque<String>,
     dismissed: Option<&str>,
-    courier: &Courier,
+    agents: &Registry,
     agent: Uuid,
 ) -> Option<Block> {
     let blocked = |reason: String| {
@@ -552,7 +540,7 @@ fn block_reason(
     if let Some(line) = dismissed
         && !shown.lines().any(|l| is_line(l, line))
     {
-        courier.agents().forget_dismissed(agent);
+        agents.forget_dismissed(agent);
     }
     let line = asked(&shown, typed, dismissed)?;
     Some(Block {

@@ -247,14 +247,16 @@ fn start_gateway(
     let spawner = spawner(config);
     let processes = Arc::new(gateway::Processes::default());
     if let Some(spawner) = &spawner {
-        let (courier, mux, typing) = (
-            Arc::clone(&local.courier),
-            Arc::clone(spawner.mux()),
-            Arc::clone(&processes),
-        );
-        let (policy, scrubber) = (policy.clone(), scrubber.clone());
-        let record = recorder(Arc::clone(&local.audit));
-        tasks.spawn(|stopped| inject::run(courier, mux, typing, policy, scrubber, record, stopped));
+        let injector = inject::Injector {
+            mailbox: Arc::clone(local.courier.mailbox()),
+            agents: Arc::clone(local.courier.agents()),
+            mux: Arc::clone(spawner.mux()),
+            processes: Arc::clone(&processes),
+            policy: policy.clone(),
+            scrubber: scrubber.clone(),
+            record: recorder(Arc::clone(&local.audit)),
+        };
+        tasks.spawn(|stopped| inject::run(injector, stopped));
     }
     Arc::new(gateway::Gateway {
         courier: Arc::clone(&local.courier),
@@ -356,6 +358,7 @@ fn join_broker(
     let serving = Arc::clone(gateway);
     let requests = local
         .courier
+        .mailbox()
         .arrivals()
         .watch_shelf(crate::mailbox::Shelf::Spawn);
     tasks.spawn(|stopped| {

@@ -18,7 +18,7 @@ use std::time::Instant;
 use tokio::sync::watch;
 
 pub use self::held::{Held, HeldBody, shelf_for};
-pub use self::store::{LocalSend, Mailbox, MailboxError};
+pub use self::store::{LocalSend, Mailbox, MailboxError, ReceiptSealer};
 pub use crate::state::Shelf;
 
 /// Counts arrivals per shelf and wakes who waits for them.

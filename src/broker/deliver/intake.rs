@@ -61,7 +61,7 @@ impl Courier {
         // Built inside the transaction, once the new messages are known: one `delivered`
         // receipt per sending gateway for the whole window.
         let receipts = |positions: &[usize]| self.window_receipts(&accepted, positions);
-        let taken = match self.state.accept_batch(&items, now, &receipts) {
+        let taken = match self.mailbox.accept(&items, now, &receipts) {
             Ok(taken) => taken,
             Err(error) => {
                 tracing::warn!(%error, "cannot record inbound messages; leaving them for redelivery");
@@ -84,9 +84,6 @@ impl Courier {
                         true
                     }
                     Some(Taken::New) => {
-                        if let Some((shelf, _)) = &plan.hold {
-                            self.arrivals().arrived(*shelf);
-                        }
                         tracing::info!(msg.id = %plan.meta.id, msg.kind = plan.meta.kind.as_str(), origin.fleet = %plan.meta.origin.fleet, origin.host = %plan.meta.origin.host, event = plan.event, "message taken in");
                         queued |= plan.outbox.is_some() || plan.receipt;
                         audit.push((plan.event, plan.detail.clone()));
@@ -134,14 +131,14 @@ impl Courier {
                     .filter_map(|chunk| {
                         let (first, more) = chunk.split_first()?;
                         // INVARIANT: the intake runs only with a broker, so there is a key.
-                        self.receipt_for(
+                        let envelopes = self.envelopes().ok()?;
+                        Some(envelopes.receipt_for(
                             origin.clone(),
                             *first,
                             more.to_vec(),
                             DeliveryState::Delivered,
                             None,
-                        )
-                        .ok()
+                        ))
                     })
                     .collect::<Vec<_>>()
             })
@@ -153,9 +150,10 @@ impl Courier {
     /// transaction that records it as seen (a redelivery is not answered twice). Never silence:
     /// otherwise the sender would show `queued (in the broker)` for good.
     fn refusal_plan(&self, meta: Meta, refusal: &Refusal, exchange: &str, now: i64) -> Plan {
-        let reason = format!("refused by host {}: {refusal}", self.host);
-        let answer = match meta.kind {
-            Kind::SpawnRequest => self.to_gateway(
+        let reason = format!("refused by host {}: {refusal}", self.me.host);
+        // INVARIANT: the intake runs only with a broker, so there are envelopes.
+        let answer = self.envelopes().map(|envelopes| match meta.kind {
+            Kind::SpawnRequest => envelopes.to_gateway(
                 meta.origin.clone(),
                 &Payload::SpawnReply(SpawnReply {
                     v: wire::VERSION,
@@ -165,13 +163,14 @@ impl Courier {
                     reasons: vec![reason.clone()],
                 }),
             ),
-            _ => self.receipt(
+            _ => envelopes.receipt_for(
                 meta.origin.clone(),
                 meta.id,
+                Vec::new(),
                 DeliveryState::Failed,
                 Some(reason.clone()),
             ),
-        };
+        });
         Plan {
             detail: json!({
                 "msg_id": meta.id.to_string(), "kind": meta.kind.as_str(),
@@ -180,7 +179,6 @@ impl Courier {
             }),
             event: REFUSED,
             hold: None,
-            // INVARIANT: the intake runs only with a broker, so there is a key.
             outbox: answer.ok(),
             receipt: false,
             delivery: Vec::new(),
@@ -196,7 +194,7 @@ impl Courier {
     fn policy_refusal(&self, mut plan: Plan, message: &AgentMessage, decision: &Decision) -> Plan {
         let reason = format!(
             "refused by host {}: {}",
-            self.host,
+            self.me.host,
             decision.reasons.join("; ")
         );
         plan.event = REFUSED;
@@ -213,9 +211,15 @@ impl Courier {
     fn answer(&self, plan: &mut Plan, state: DeliveryState, reason: String) {
         plan.note("reason", json!(reason));
         // INVARIANT: the intake runs only with a broker, so there is a key.
-        plan.outbox = self
-            .receipt(plan.meta.origin.clone(), plan.meta.id, state, Some(reason))
-            .ok();
+        plan.outbox = self.envelopes().ok().map(|envelopes| {
+            envelopes.receipt_for(
+                plan.meta.origin.clone(),
+                plan.meta.id,
+                Vec::new(),
+                state,
+                Some(reason),
+            )
+        });
     }
 
     /// What taking in one verified envelope changes.
@@ -234,7 +238,7 @@ impl Courier {
             remember_until: None,
             meta,
         };
-        let from_me = plan.meta.origin == self.me();
+        let from_me = plan.meta.origin == self.me;
         match payload {
             Payload::AgentMessage(m) if self.is_local(m.to) => {
                 if !from_me {
@@ -255,7 +259,7 @@ impl Courier {
             }
             Payload::AgentMessage(m) => {
                 plan.event = "message.undeliverable";
-                let reason = format!("no such agent {} on host {}", m.to, self.host);
+                let reason = format!("no such agent {} on host {}", m.to, self.me.host);
                 self.answer(&mut plan, DeliveryState::Failed, reason);
             }
             Payload::DeliveryReceipt(r) => {

@@ -3,16 +3,20 @@
 //! intake (a window of deliveries verified, then deduplicated, held and answered with receipts
 //! in **one** durable transaction — group commit — and only then acknowledged).
 //!
-//! A message for a local agent is held in the state store: a mailbox agent (the primary) pulls
-//! and acknowledges it; a pane agent's is typed by the daemon's injector, which records it
-//! delivered in the same step.
+//! The broker only feeds the host's mailbox ([`crate::mailbox`]) and drains the outbox: what
+//! the intake accepts for a local agent is held through [`Mailbox::accept`]; a mailbox agent
+//! (the primary) pulls and acknowledges it there, a pane agent's is typed by the daemon's
+//! injector; either release queues the sender's receipt, sealed by this host's [`Envelopes`],
+//! in the outbox the pump publishes.
 
 mod admit;
+mod envelopes;
 mod intake;
 mod lanes;
 mod pump;
 mod settle;
 
+pub use envelopes::Envelopes;
 pub use pump::{Outlets, Pump, PumpError};
 
 use std::collections::HashMap;
@@ -23,13 +27,12 @@ use tokio::sync::Notify;
 use uuid::Uuid;
 
 use super::envelope::OutboxRecord;
-use super::topology::{SEND_EXCHANGE, agent_key, control_key, ingress_exchange};
 use crate::agent::Registry;
-use crate::mailbox::{Arrivals, Held, Mailbox};
-use crate::state::{Shelf, StateError, StateStore};
+use crate::mailbox::{Held, Mailbox, ReceiptSealer};
+use crate::state::{StateError, StateStore};
 use crate::wire::{
-    self, AgentMessage, DeliveryReceipt, DeliveryState, HostKey, Kind, Meta, Party, Payload,
-    Sealed, SpawnReply, SpawnRequest, Tracked, now_ms,
+    self, AgentMessage, DeliveryState, HostKey, Party, Payload, SpawnReply, SpawnRequest, Tracked,
+    now_ms,
 };
 
 /// How long an envelope stays valid: long enough to outlast a broker outage in the outbox or a
@@ -71,18 +74,19 @@ pub enum CourierError {
     NoBroker,
 }
 
-/// One gateway's delivery: its identity, key, state and local agents.
+/// One gateway's delivery: its identity, envelopes, state and local agents.
 pub struct Courier {
-    fleet: String,
-    host: String,
+    me: Party,
     vhost: String,
-    /// This host's signing key; `None` in single-host mode, where nothing is sealed.
-    key: Option<Arc<HostKey>>,
+    /// This host's envelopes (its signing key); `None` in single-host mode, where nothing is
+    /// sealed.
+    envelopes: Option<Arc<Envelopes>>,
     state: Arc<StateStore>,
     agents: Arc<Registry>,
     /// Woken when the outbox has something to publish.
-    pub outbox_ready: Notify,
-    /// The host-local mailbox the intake holds into (and local sends use directly).
+    pub outbox_ready: Arc<Notify>,
+    /// The host-local mailbox: the intake holds into it, the gateway and the injector use it
+    /// directly.
     mailbox: Arc<Mailbox>,
     /// Where agents were last placed (see [`Courier::placed_at`]), and when it was last stored.
     placements: std::sync::Mutex<HashMap<Uuid, Placed>>,
@@ -152,20 +156,30 @@ impl Courier {
     ) -> Result<Courier, StateError> {
         let agents = Arc::new(Registry::load(Arc::clone(&state))?);
         let placements = load_placements(&state)?;
-        shelve_old_held(&state)?;
         let me = Party {
             fleet: fleet.to_owned(),
             host: host.to_owned(),
         };
+        let outbox_ready = Arc::new(Notify::new());
+        let envelopes = key.map(|key| {
+            Arc::new(Envelopes::new(
+                me.clone(),
+                vhost,
+                key,
+                Arc::clone(&outbox_ready),
+            ))
+        });
+        let sealer = envelopes
+            .clone()
+            .map(|envelopes| envelopes as Arc<dyn ReceiptSealer>);
         Ok(Courier {
-            fleet: fleet.to_owned(),
-            host: host.to_owned(),
+            mailbox: Arc::new(Mailbox::open(me.clone(), Arc::clone(&state), sealer)?),
+            me,
             vhost: vhost.to_owned(),
-            key,
-            mailbox: Arc::new(Mailbox::new(me, Arc::clone(&state))),
+            envelopes,
             state,
             agents,
-            outbox_ready: Notify::new(),
+            outbox_ready,
             placements: std::sync::Mutex::new(placements),
             policy: std::sync::OnceLock::new(),
         })
@@ -225,20 +239,12 @@ impl Courier {
 
     /// This host.
     pub fn me(&self) -> Party {
-        Party {
-            fleet: self.fleet.clone(),
-            host: self.host.clone(),
-        }
+        self.me.clone()
     }
 
     /// The state store.
     pub fn state(&self) -> &Arc<StateStore> {
         &self.state
-    }
-
-    /// Who is woken when a message is held for a local recipient.
-    pub fn arrivals(&self) -> &Arrivals {
-        self.mailbox.arrivals()
     }
 
     /// The host-local mailbox.
@@ -259,64 +265,14 @@ impl Courier {
         self.agents.pane_of(id)
     }
 
-    /// A held message was typed into its agent's pane: it leaves the held store and its sender
-    /// learns it was delivered (a receipt, or this host's own record), in one transaction.
-    pub fn injected(&self, id: Uuid) -> Result<bool, CourierError> {
-        self.release_held(id, DeliveryState::Delivered, None)
-    }
-
-    /// Where an envelope for `dest` (agent `agent`, if it is for one) is published: anything in
-    /// this fleet through `fleet.send`, with key `agent.HOST.ID` for an agent's inbox and
-    /// `ctl.HOST` for a gateway; anything in another fleet through that fleet's `x.in.OWN`, to
-    /// the owning gateway's control queue. An agent whose host is unknown here gets the key
-    /// `agent.ID`, which no host's binding (`agent.HOST.*`, three words or more) matches: it
-    /// comes back as "no such agent".
-    pub fn address(&self, dest: &Party, agent: Option<Uuid>) -> Address {
-        if dest.fleet == self.fleet {
-            let key = match agent {
-                Some(id) if dest.host.is_empty() => format!("agent.{id}"),
-                Some(id) => agent_key(&dest.host, &id.to_string()),
-                None => control_key(&dest.host),
-            };
-            Address {
-                vhost: self.vhost.clone(),
-                exchange: SEND_EXCHANGE.to_owned(),
-                key,
-            }
-        } else {
-            Address {
-                vhost: format!("/{}", dest.fleet),
-                exchange: ingress_exchange(&self.fleet),
-                key: control_key(&dest.host),
-            }
-        }
-    }
-
     /// Whether this host has a broker (and a key to seal with).
     pub fn has_broker(&self) -> bool {
-        self.key.is_some()
+        self.envelopes.is_some()
     }
 
-    /// Seals `payload` from this host to `dest`, valid for [`MESSAGE_TTL_MS`] (a spawn request
-    /// for [`SPAWN_REQUEST_TTL_MS`]).
-    pub fn seal(&self, dest: Party, payload: &Payload) -> Result<Sealed, CourierError> {
-        let key = self.key.as_ref().ok_or(CourierError::NoBroker)?;
-        let lifetime = match payload {
-            Payload::SpawnRequest(_) => SPAWN_REQUEST_TTL_MS,
-            _ => MESSAGE_TTL_MS,
-        };
-        let now = now_ms();
-        let meta = Meta {
-            version: wire::VERSION,
-            id: Uuid::now_v7(),
-            kind: payload.kind(),
-            origin: self.me(),
-            dest,
-            key_id: String::new(),
-            created_ms: now,
-            expires_ms: now + lifetime,
-        };
-        Ok(wire::seal(meta, payload, key))
+    /// This host's envelopes; without a broker, [`CourierError::NoBroker`].
+    pub fn envelopes(&self) -> Result<&Envelopes, CourierError> {
+        self.envelopes.as_deref().ok_or(CourierError::NoBroker)
     }
 
     /// Queues an agent message for `to` on host `dest` (its host may be unknown in this fleet)
@@ -328,7 +284,8 @@ impl Courier {
         from: Option<Uuid>,
         text: String,
     ) -> Result<Uuid, CourierError> {
-        if dest.fleet != self.fleet && dest.host.is_empty() {
+        let envelopes = self.envelopes()?;
+        if dest.fleet != self.me.fleet && dest.host.is_empty() {
             return Err(CourierError::Invalid(
                 "a message to another fleet needs the owning host".to_owned(),
             ));
@@ -339,8 +296,8 @@ impl Courier {
             from,
             text,
         });
-        let address = self.address(&dest, Some(to));
-        let sealed = self.seal(dest.clone(), &payload)?;
+        let address = envelopes.address(&dest, Some(to));
+        let sealed = envelopes.seal(dest.clone(), &payload);
         let mut record =
             OutboxRecord::new(&address.vhost, &address.exchange, &address.key, &sealed);
         record.tracked = true;
@@ -367,130 +324,21 @@ impl Courier {
     /// Answers a held spawn request: the reply goes to the requesting gateway and the request
     /// leaves the held store, in one transaction.
     pub fn answer_spawn(&self, request: &Held, reply: &SpawnReply) -> Result<(), CourierError> {
-        let (id, record) =
-            self.to_gateway(request.origin.clone(), &Payload::SpawnReply(reply.clone()))?;
-        self.state
-            .held_ack_with(request.id, Some((id, record.as_slice())), None)?;
-        self.outbox_ready.notify_one();
+        let (id, record) = self
+            .envelopes()?
+            .to_gateway(request.origin.clone(), &Payload::SpawnReply(reply.clone()));
+        self.mailbox.answer(request.id, (id, record.as_slice()))?;
         Ok(())
     }
 
     /// Sends a spawn request to gateway `dest`; returns its message id (the reply's `request`).
     pub fn request_spawn(&self, dest: Party, request: SpawnRequest) -> Result<Uuid, CourierError> {
-        let (id, record) = self.to_gateway(dest, &Payload::SpawnRequest(request))?;
+        let (id, record) = self
+            .envelopes()?
+            .to_gateway(dest, &Payload::SpawnRequest(request));
         self.state.outbox_put(id, &record)?;
         self.outbox_ready.notify_one();
         Ok(id)
-    }
-
-    /// Acknowledges a held message: it is not offered again, and its sender learns it was
-    /// acknowledged (a receipt queued in the same transaction). `false` when it was not held —
-    /// or, with `only_for`, not held for that agent (another agent's messages are not its to
-    /// acknowledge, nor to learn about).
-    pub fn ack(&self, id: Uuid, only_for: Option<Uuid>) -> Result<bool, CourierError> {
-        self.release_held(id, DeliveryState::Acknowledged, only_for)
-    }
-
-    /// Takes message `id` out of the held store and tells its sender it reached `state`, in one
-    /// transaction: this host's own delivery record moves, or an agent message from another host
-    /// gets a receipt. `false` when it was not held (for agent `only_for`, when given).
-    fn release_held(
-        &self,
-        id: Uuid,
-        state: DeliveryState,
-        only_for: Option<Uuid>,
-    ) -> Result<bool, CourierError> {
-        let Some(bytes) = self.state.held_get(id)? else {
-            return Ok(false);
-        };
-        let held = Held::decode(&bytes);
-        if only_for.is_some() && held.as_ref().and_then(|h| h.to) != only_for {
-            return Ok(false);
-        }
-        let origin = held.as_ref().map(|h| h.origin.clone());
-        if origin.as_ref() == Some(&self.me()) {
-            let moved = self
-                .state
-                .delivery_get(id)?
-                .and_then(|b| Tracked::decode(&b))
-                .map(|t| t.moved(state, None, now_ms()).encode());
-            return Ok(self
-                .state
-                .held_ack_with(id, None, moved.as_deref().map(|m| (id, m)))?);
-        }
-        let receipt = match (&held, origin) {
-            (Some(h), Some(origin)) if h.kind() == Kind::AgentMessage => {
-                Some(self.receipt(origin, id, state, None)?)
-            }
-            _ => None,
-        };
-        let released = self.state.held_ack_with(
-            id,
-            receipt
-                .as_ref()
-                .map(|(rid, bytes)| (*rid, bytes.as_slice())),
-            None,
-        )?;
-        if receipt.is_some() {
-            self.outbox_ready.notify_one();
-        }
-        Ok(released)
-    }
-
-    /// An outbox record carrying `payload` to the gateway `dest` (untracked).
-    fn to_gateway(&self, dest: Party, payload: &Payload) -> Result<(Uuid, Vec<u8>), CourierError> {
-        let address = self.address(&dest, None);
-        let sealed = self.seal(dest, payload)?;
-        let record = OutboxRecord::new(&address.vhost, &address.exchange, &address.key, &sealed);
-        Ok((
-            sealed.meta.id,
-            serde_json::to_vec(&record).unwrap_or_default(),
-        ))
-    }
-
-    fn receipt(
-        &self,
-        dest: Party,
-        message: Uuid,
-        state: DeliveryState,
-        reason: Option<String>,
-    ) -> Result<(Uuid, Vec<u8>), CourierError> {
-        self.receipt_for(dest, message, Vec::new(), state, reason)
-    }
-
-    /// One receipt reporting `message` and `more` (at most [`wire::MAX_RECEIPT_MORE`]) in one
-    /// state to the gateway of `dest`.
-    fn receipt_for(
-        &self,
-        dest: Party,
-        message: Uuid,
-        more: Vec<Uuid>,
-        state: DeliveryState,
-        reason: Option<String>,
-    ) -> Result<(Uuid, Vec<u8>), CourierError> {
-        let payload = Payload::DeliveryReceipt(DeliveryReceipt {
-            v: wire::VERSION,
-            message,
-            state,
-            reason,
-            more,
-        });
-        self.to_gateway(dest, &payload)
-    }
-}
-
-/// Puts messages held by a fleetd from before shelves on theirs (once, at open).
-fn shelve_old_held(state: &StateStore) -> Result<(), StateError> {
-    loop {
-        let old = state.held_unshelved(256)?;
-        if old.is_empty() {
-            return Ok(());
-        }
-        for (id, bytes) in old {
-            // A record that does not decode is offered with the host's.
-            let shelf = Held::decode(&bytes).map_or(Shelf::Host, |held| held.shelf());
-            state.held_shelve(id, shelf)?;
-        }
     }
 }
 

@@ -184,16 +184,13 @@ fn a_receipt_moves_only_the_messages_sent_to_the_fleet_it_comes_from() {
     assert_eq!(acks, vec![true; 2]);
 
     // The forged report names both messages.
-    let (id, record) = x
-        .courier
-        .receipt_for(
-            a.courier.me(),
-            ids[0],
-            vec![ids[1]],
-            DeliveryState::Failed,
-            Some("forged".to_owned()),
-        )
-        .unwrap();
+    let (id, record) = x.courier.envelopes().unwrap().receipt_for(
+        a.courier.me(),
+        ids[0],
+        vec![ids[1]],
+        DeliveryState::Failed,
+        Some("forged".to_owned()),
+    );
     x.state.outbox_put(id, &record).unwrap();
     let forged: Deliveries = outbox_of(&x, "g")
         .into_iter()
