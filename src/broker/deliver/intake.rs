@@ -12,7 +12,7 @@ use crate::policy::{Decision, Effect};
 use crate::state::{Incoming, Shelf, Taken};
 use crate::wire::{
     self, AgentMessage, DeliveryState, Kind, MAX_RECEIPT_MORE, Meta, Party, Payload, Refusal,
-    SpawnOutcome, SpawnReply, Tracked,
+    SpawnOutcome, SpawnReply,
 };
 
 impl Courier {
@@ -275,7 +275,7 @@ impl Courier {
                 plan.delivery = r
                     .messages()
                     .filter_map(|id| {
-                        let tracked = Tracked::decode(&self.state.delivery_get(id).ok()??)?;
+                        let tracked = self.mailbox.delivery(id).ok()??;
                         (tracked.dest.fleet == plan.meta.origin.fleet)
                             .then(|| (id, tracked.moved(r.state, r.reason.clone(), now).encode()))
                     })

@@ -21,7 +21,7 @@ use crate::broker::envelope::{OutboxRecord, properties};
 use crate::broker::topology::{DEFAULT_MAX_LENGTH, queue_of_key};
 use crate::secret::BrokerUri;
 use crate::state::StateError;
-use crate::wire::{DeliveryState, Tracked};
+use crate::wire::DeliveryState;
 
 /// Publishes outbox entries and settles them on the broker's answer. One per connection:
 /// whatever was in flight when a connection dies is published again (same id) on the next.
@@ -610,14 +610,7 @@ impl Pump {
         let read = self
             .returns
             .read(&confirms, &returned, |id| self.in_flight.contains_key(&id));
-        let record = |id: Uuid| {
-            courier
-                .state
-                .delivery_get(id)
-                .ok()
-                .flatten()
-                .and_then(|b| Tracked::decode(&b))
-        };
+        let record = |id: Uuid| courier.mailbox().delivery(id).ok().flatten();
         let mut removed = Vec::with_capacity(read.settled.len());
         let mut moved: Vec<(Uuid, Vec<u8>)> = Vec::new();
         let at = Instant::now();
