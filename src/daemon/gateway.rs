@@ -193,13 +193,11 @@ impl Router for Gateway {
         let arrivals = self.mailbox.arrivals();
         let shelf = to.map(crate::mailbox::Shelf::Agent);
         loop {
-            // Counted before the look: an arrival between the look and the wait still wakes it.
-            let since = shelf.map(|shelf| arrivals.count(shelf));
+            // Taken before the look: an arrival between the look and the wait still wakes it.
+            let ticket = arrivals.ticket();
             let held = self.mailbox.held(limit, to).map_err(state_error)?;
-            let waited = match (shelf, since) {
-                (Some(shelf), Some(since)) if held.is_empty() => {
-                    arrivals.wait(shelf, since, deadline)
-                }
+            let waited = match shelf {
+                Some(shelf) if held.is_empty() => arrivals.wait(shelf, &ticket, deadline),
                 _ => false,
             };
             if !waited {

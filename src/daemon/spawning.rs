@@ -296,8 +296,8 @@ impl Gateway {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(290);
         let arrivals = self.mailbox.arrivals();
         loop {
-            // Counted before the look: a reply held between the look and the wait wakes it.
-            let since = arrivals.count(crate::mailbox::Shelf::Host);
+            // Taken before the look: a reply held between the look and the wait wakes it.
+            let ticket = arrivals.ticket();
             if let Some((held, reply)) = self.mailbox.take_spawn_reply(id).map_err(state_error)? {
                 if let (Some(agent), Some(requester)) = (reply.agent, ask.for_agent) {
                     self.courier
@@ -320,7 +320,7 @@ impl Gateway {
             }
             // Woken when a reply is held for this host (another request's, too: then it looks
             // again); the deadline ends the wait.
-            arrivals.wait(crate::mailbox::Shelf::Host, since, deadline);
+            arrivals.wait(crate::mailbox::Shelf::Host, &ticket, deadline);
         }
     }
 

@@ -11,7 +11,7 @@
 mod held;
 mod store;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Condvar, Mutex};
 use std::time::Instant;
 
@@ -21,11 +21,16 @@ pub use self::held::{Held, HeldBody, shelf_for};
 pub use self::store::{LocalSend, Mailbox, MailboxError, ReceiptSealer};
 pub use crate::state::Shelf;
 
-/// Counts arrivals per shelf and wakes who waits for them.
+/// Numbers arrivals and wakes who waits for them.
+///
+/// A waiting thread takes a [`Ticket`] (the arrival number so far) before it looks at its shelf,
+/// then waits for an arrival on that shelf numbered above it: an arrival between the look and
+/// the wait still wakes it. What is remembered per shelf is the number of its last arrival; a
+/// shelf whose last arrival no ticket can be waiting for is forgotten once many are remembered,
+/// so that a host that saw many agents come and go keeps no entry per agent for ever.
 #[derive(Debug)]
 pub struct Arrivals {
-    /// Arrivals so far, per shelf.
-    counts: Mutex<HashMap<Shelf, u64>>,
+    seen: Mutex<Seen>,
     /// Signalled on every arrival (threads waiting for a shelf).
     changed: Condvar,
     /// Every arrival, for async consumers that serve every shelf.
@@ -33,6 +38,40 @@ pub struct Arrivals {
     /// Per shelf, for async consumers of one (an agent's injector): made on demand, dropped
     /// once nobody watches.
     shelves: Mutex<HashMap<Shelf, watch::Sender<u64>>>,
+}
+
+/// The arrivals numbered so far, and the tickets out.
+#[derive(Debug, Default)]
+struct Seen {
+    /// Arrivals so far (the last one's number).
+    total: u64,
+    /// Per shelf, the number of its last arrival.
+    last: HashMap<Shelf, u64>,
+    /// The tickets out: how many at each number.
+    tickets: BTreeMap<u64, usize>,
+}
+
+/// Shelves remembered before those no ticket needs are forgotten.
+const REMEMBERED: usize = 1024;
+
+/// A waiter's place: the arrivals before it do not count (see [`Arrivals::ticket`]).
+#[derive(Debug)]
+pub struct Ticket<'a> {
+    arrivals: &'a Arrivals,
+    since: u64,
+}
+
+impl Drop for Ticket<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut seen) = self.arrivals.seen.lock()
+            && let Some(n) = seen.tickets.get_mut(&self.since)
+        {
+            *n -= 1;
+            if *n == 0 {
+                seen.tickets.remove(&self.since);
+            }
+        }
+    }
 }
 
 impl Default for Arrivals {
@@ -45,7 +84,7 @@ impl Arrivals {
     /// No arrival yet.
     pub fn new() -> Arrivals {
         Arrivals {
-            counts: Mutex::new(HashMap::new()),
+            seen: Mutex::new(Seen::default()),
             changed: Condvar::new(),
             any: watch::Sender::new(0),
             shelves: Mutex::new(HashMap::new()),
@@ -54,8 +93,16 @@ impl Arrivals {
 
     /// A message is held (durably) on `shelf`.
     pub fn arrived(&self, shelf: Shelf) {
-        if let Ok(mut counts) = self.counts.lock() {
-            *counts.entry(shelf).or_default() += 1;
+        if let Ok(mut seen) = self.seen.lock() {
+            seen.total += 1;
+            let now = seen.total;
+            seen.last.insert(shelf, now);
+            if seen.last.len() > REMEMBERED {
+                // A ticket waits for an arrival numbered above its own: none is waiting for
+                // one at or below the oldest ticket's (and a later ticket for none so far).
+                let floor = seen.tickets.keys().next().copied().unwrap_or(now);
+                seen.last.retain(|_, last| *last > floor);
+            }
         }
         self.changed.notify_all();
         self.any.send_modify(|n| *n = n.wrapping_add(1));
@@ -70,28 +117,42 @@ impl Arrivals {
         }
     }
 
-    /// Arrivals on `shelf` so far (to wait for the next one with [`Arrivals::wait`]).
-    pub fn count(&self, shelf: Shelf) -> u64 {
-        self.counts
-            .lock()
-            .map(|counts| counts.get(&shelf).copied().unwrap_or(0))
-            .unwrap_or(0)
+    /// A place in line, taken before looking at a shelf: [`Arrivals::wait`] then waits for an
+    /// arrival after it.
+    pub fn ticket(&self) -> Ticket<'_> {
+        let since = match self.seen.lock() {
+            Ok(mut seen) => {
+                let since = seen.total;
+                *seen.tickets.entry(since).or_default() += 1;
+                since
+            }
+            // Poisoned: a ticket that waits for nothing (its wait ends at the deadline).
+            Err(_) => u64::MAX,
+        };
+        Ticket {
+            arrivals: self,
+            since,
+        }
     }
 
-    /// Waits until `shelf` has seen more than `since` arrivals, or `deadline`; whether it has.
-    pub fn wait(&self, shelf: Shelf, since: u64, deadline: Instant) -> bool {
-        let Ok(mut counts) = self.counts.lock() else {
+    /// Waits until `shelf` has an arrival after `ticket`, or `deadline`; whether it has.
+    pub fn wait(&self, shelf: Shelf, ticket: &Ticket<'_>, deadline: Instant) -> bool {
+        let Ok(mut seen) = self.seen.lock() else {
             return false;
         };
         loop {
-            if counts.get(&shelf).copied().unwrap_or(0) > since {
+            if seen
+                .last
+                .get(&shelf)
+                .is_some_and(|last| *last > ticket.since)
+            {
                 return true;
             }
             let Some(left) = deadline.checked_duration_since(Instant::now()) else {
                 return false;
             };
-            counts = match self.changed.wait_timeout(counts, left) {
-                Ok((counts, _)) => counts,
+            seen = match self.changed.wait_timeout(seen, left) {
+                Ok((seen, _)) => seen,
                 Err(_) => return false,
             };
         }
@@ -132,29 +193,39 @@ mod tests {
     fn a_waiter_wakes_for_its_own_shelf_and_not_for_anothers() {
         let arrivals = Arc::new(Arrivals::new());
         let mine = Shelf::Agent(Uuid::now_v7());
-        let since = arrivals.count(mine);
         let far = Instant::now() + Duration::from_secs(30);
         let waiter = {
             let arrivals = Arc::clone(&arrivals);
-            std::thread::spawn(move || arrivals.wait(mine, since, far))
+            std::thread::spawn(move || {
+                let ticket = arrivals.ticket();
+                arrivals.wait(mine, &ticket, far)
+            })
         };
         // Another shelf's arrival does not end the wait.
+        std::thread::sleep(Duration::from_millis(50));
         arrivals.arrived(Shelf::Agent(Uuid::now_v7()));
         arrivals.arrived(Shelf::Spawn);
         std::thread::sleep(Duration::from_millis(50));
         assert!(!waiter.is_finished(), "woken by another shelf's arrival");
         arrivals.arrived(mine);
         assert!(waiter.join().unwrap(), "its own arrival ends the wait");
-        assert_eq!(arrivals.count(mine), since + 1);
-        // Nothing arrives: the wait ends at its deadline, saying so.
+        // An arrival between the ticket and the wait counts; one before the ticket does not.
+        let ticket = arrivals.ticket();
+        arrivals.arrived(mine);
+        assert!(arrivals.wait(mine, &ticket, Instant::now()));
+        let ticket = arrivals.ticket();
         let soon = Instant::now() + Duration::from_millis(20);
-        assert!(!arrivals.wait(mine, since + 1, soon));
+        assert!(
+            !arrivals.wait(mine, &ticket, soon),
+            "nothing after the ticket"
+        );
+        drop(ticket);
         // Async consumers hear of every arrival, or of their shelf's alone.
         let mut any = arrivals.watch();
         let mut own = arrivals.watch_shelf(mine);
         arrivals.arrived(Shelf::Host);
         assert!(any.has_changed().unwrap());
-        assert_eq!(*any.borrow_and_update(), 4);
+        assert_eq!(*any.borrow_and_update(), 5);
         assert!(!own.has_changed().unwrap(), "woken by another shelf");
         arrivals.arrived(mine);
         assert!(own.has_changed().unwrap());
@@ -163,5 +234,31 @@ mod tests {
         drop(own);
         arrivals.arrived(mine);
         assert!(arrivals.shelves.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn many_agents_come_and_go_and_the_shelves_remembered_stay_bounded() {
+        let arrivals = Arrivals::new();
+        let mine = Shelf::Agent(Uuid::now_v7());
+        // A waiter took its ticket; then its message and thousands of other agents' arrive.
+        let ticket = arrivals.ticket();
+        arrivals.arrived(mine);
+        for _ in 0..10 * REMEMBERED {
+            arrivals.arrived(Shelf::Agent(Uuid::now_v7()));
+        }
+        // Its arrival, after its ticket, is still remembered for it…
+        assert!(arrivals.wait(mine, &ticket, Instant::now()));
+        drop(ticket);
+        // …and with no ticket out, what is remembered stays bounded.
+        for _ in 0..10 * REMEMBERED {
+            arrivals.arrived(Shelf::Agent(Uuid::now_v7()));
+        }
+        let seen = arrivals.seen.lock().unwrap();
+        assert!(
+            seen.last.len() <= REMEMBERED + 1,
+            "{} remembered",
+            seen.last.len()
+        );
+        assert!(seen.tickets.is_empty());
     }
 }
