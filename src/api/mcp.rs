@@ -231,16 +231,21 @@ impl PrimaryTools {
         })
     }
 
-    /// `text` (parameter `param`) as a global id (of an agent or a message).
-    fn id(&self, text: &str, param: &'static str) -> Result<Uuid, String> {
+    /// `text` (parameter `param`) as a global id (of an agent or a message), or the tool's
+    /// error text.
+    fn id(&self, text: &str, param: &'static str) -> Result<Uuid, ToolText> {
         Uuid::parse_str(text.trim()).map_err(|_| self.fail(ToolError::NotAnId(param)))
     }
 
     /// The tool error's text, scrubbed.
-    fn fail(&self, error: ToolError) -> String {
+    fn fail(&self, error: ToolError) -> ToolText {
         self.scrubber.scrub(&error.to_string())
     }
 }
+
+/// A tool error as the client sees it: rmcp shows a tool's error as its text, so each is made
+/// from a [`ToolError`] and scrubbed ([`PrimaryTools::fail`]).
+type ToolText = String;
 
 /// Why a tool call failed.
 #[derive(Debug, thiserror::Error)]
