@@ -131,6 +131,17 @@ impl Home {
             "sleep 600",
         ]);
         assert!(self.env(tmux).status().unwrap().success(), "tmux server");
+        self.daemon()
+    }
+
+    /// `fleetd run` on the tmux server already running, ready.
+    fn daemon(
+        &self,
+    ) -> (
+        std::process::Child,
+        std::sync::mpsc::Receiver<String>,
+        String,
+    ) {
         let mut run = Command::new(BIN);
         run.arg("run");
         let (daemon, log) = spawn_logged(self.env(run));
@@ -565,5 +576,148 @@ fn a_mailbox_nobody_pulls_is_in_no_agents_way_and_a_waiting_pull_answers_when_a_
     ]);
     assert!(ok);
     assert!(texts(&home.json(&["inbox", "pull", "--agent", &waiter])).is_empty());
+    terminate(&daemon);
+}
+
+/// Profiles slow to get ready (the readiness gate waits 2 s), with small `max_instances`, and a
+/// chief whose token may ask for recruits.
+const LIMITS: &str = r#"
+[profile.slow]
+description = "Ready after 2 s."
+argv = ["/bin/sh", "-c", "sleep 2; echo 'agent> ready'; while :; do sleep 600; done"]
+roots = ["/tmp"]
+max_instances = 2
+[profile.slow.ready]
+pattern = "^agent> ready"
+timeout_secs = 15
+
+[profile.recruit]
+description = "Ready after 2 s; asked for by a chief."
+argv = ["/bin/sh", "-c", "sleep 2; echo 'agent> ready'; while :; do sleep 600; done"]
+roots = ["/tmp"]
+max_instances = 3
+[profile.recruit.ready]
+pattern = "^agent> ready"
+timeout_secs = 15
+
+[profile.chief]
+description = "Asks for recruits with its own token."
+argv = ["/bin/sh", "-c", "echo 'agent> ready'; while :; do sleep 600; done"]
+roots = ["/tmp"]
+max_instances = 1
+may_spawn = ["recruit"]
+[profile.chief.ready]
+pattern = "^agent> ready"
+timeout_secs = 15
+
+[[grant]]
+id = "local-limits"
+description = "The operator and the chief on this host."
+fleets = ["local"]
+profiles = ["slow", "recruit", "chief"]
+"#;
+
+/// `n` spawns over the API at once (each its own connection), with `extra` in each request;
+/// how many started, and every refusal's text.
+fn at_once(socket: &Path, n: usize, request: &Value) -> (usize, Vec<String>) {
+    let replies: Vec<Value> = std::thread::scope(|scope| {
+        let asks: Vec<_> = (0..n)
+            .map(|_| scope.spawn(|| raw_request(socket, request)))
+            .collect();
+        asks.into_iter().map(|ask| ask.join().unwrap()).collect()
+    });
+    let started = replies.iter().filter(|r| r["outcome"] == "started").count();
+    let refused = replies
+        .iter()
+        .filter(|r| r["outcome"] != "started")
+        .map(Value::to_string)
+        .collect();
+    (started, refused)
+}
+
+#[test]
+fn max_instances_holds_under_concurrent_spawns_and_across_a_restart() {
+    let home = Home::new();
+    std::fs::write(
+        home.path().join(".config/fleetd/policy/20-limits.toml"),
+        LIMITS,
+    )
+    .unwrap();
+    let (daemon, _log, _seen) = home.run();
+    let socket = home.socket();
+
+    // Seven operator spawns at once of a profile that allows two, each waiting 2 s for its
+    // gate: the slots are taken when each is decided, so the others are refused at once.
+    let (started, refused) = at_once(&socket, 7, &json!({"op": "spawn", "profile": "slow"}));
+    assert_eq!(started, 2, "{refused:?}");
+    assert_eq!(refused.len(), 5);
+    for refusal in &refused {
+        assert!(
+            refusal.contains("refused") && refusal.contains("already runs 2 of 2 instances"),
+            "{refusal}"
+        );
+    }
+
+    // A chief's token, eight times at once, for a profile that allows three.
+    let chief = home.json(&["spawn", "--profile", "chief", "--label", "chief"])["agent"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let panes = home.tmux(&["list-panes", "-s", "-t", "fleetd", "-F", "#{pane_id}"]);
+    let token = panes
+        .lines()
+        .map(|pane| pane_environ(&home, pane))
+        .find(|env| {
+            env.iter()
+                .any(|(k, v)| k == "FLEETD_AGENT_ID" && *v == chief)
+        })
+        .and_then(|env| {
+            env.into_iter()
+                .find(|(k, _)| k == "FLEETD_AGENT_TOKEN")
+                .map(|(_, v)| v)
+        })
+        .unwrap();
+    let (started, refused) = at_once(
+        &socket,
+        8,
+        &json!({"op": "spawn", "profile": "recruit", "token": token}),
+    );
+    assert_eq!(started, 3, "{refused:?}");
+    assert_eq!(refused.len(), 5);
+
+    // fleetd restarts; the agents keep running in their panes and still count.
+    terminate(&daemon);
+    let mut daemon = daemon;
+    daemon.wait().unwrap();
+    let (daemon, _log, _seen) = home.daemon();
+    let (started, refused) = at_once(&socket, 3, &json!({"op": "spawn", "profile": "slow"}));
+    assert_eq!(started, 0, "after a restart, 2 of 2 still run: {refused:?}");
+    let (started, _) = at_once(&socket, 2, &json!({"op": "spawn", "profile": "recruit"}));
+    assert_eq!(started, 0, "after a restart, 3 of 3 recruits still run");
+
+    // One slow agent ends: its slot is free again, for one spawn only.
+    let roster = home.json(&["roster"]);
+    let slow: Vec<String> = roster["hosts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|host| host["agents"].as_array().unwrap().iter())
+        .filter(|agent| agent["profile"] == "slow")
+        .map(|agent| agent["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(slow.len(), 2, "{roster}");
+    let panes = home.tmux(&["list-panes", "-s", "-t", "fleetd", "-F", "#{pane_id}"]);
+    let slow_pane = panes
+        .lines()
+        .find(|pane| {
+            pane_environ(&home, pane)
+                .iter()
+                .any(|(k, v)| k == "FLEETD_AGENT_ID" && *v == slow[0])
+        })
+        .unwrap()
+        .to_owned();
+    home.tmux(&["kill-pane", "-t", &slow_pane]);
+    let (started, refused) = at_once(&socket, 3, &json!({"op": "spawn", "profile": "slow"}));
+    assert_eq!(started, 1, "{refused:?}");
     terminate(&daemon);
 }

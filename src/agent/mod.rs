@@ -120,6 +120,10 @@ pub struct LocalAgent {
     /// The process fleetd launched for it, as the kernel showed it (a pane agent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub process: Option<Process>,
+    /// The grant that admitted its spawn (a pane agent): after a restart its instance counts
+    /// against that grant's `max_concurrent` again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grant: Option<String>,
     /// Why it is `blocked` or `down`, for this host's operator (never announced, not stored).
     #[serde(skip)]
     pub why: Option<String>,
@@ -170,6 +174,8 @@ pub struct Registration {
     pub token: Option<TokenHash>,
     /// Its process, when the multiplexer named one.
     pub process: Option<Process>,
+    /// The grant that admitted its spawn.
+    pub grant: Option<String>,
 }
 
 fn operator() -> Owner {
@@ -267,6 +273,7 @@ impl Registry {
             owner: Owner::Operator,
             token: None,
             process: None,
+            grant: None,
             why: None,
             prompt: None,
             dismissed: None,
@@ -340,6 +347,7 @@ impl Registry {
             owner: agent.owner,
             token: agent.token,
             process: agent.process,
+            grant: agent.grant,
             why: None,
             prompt: None,
             dismissed: None,

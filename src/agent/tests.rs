@@ -24,6 +24,7 @@ fn register(
         owner,
         token: None,
         process: None,
+        grant: None,
     })
 }
 
@@ -152,6 +153,7 @@ fn a_name_taken_while_a_launch_waited_for_its_gate_is_refused_at_registration() 
         owner,
         token: None,
         process: None,
+        grant: None,
     };
     agents
         .register(registration(second, peer("b", "x")))
@@ -178,6 +180,7 @@ fn a_token_names_its_agent_until_it_is_revoked_and_bad_tokens_say_why() {
             owner: Owner::Operator,
             token: Some(hash),
             process: None,
+            grant: None,
         })
         .unwrap();
     assert_eq!(agents.authenticate(&token).unwrap().0, id);

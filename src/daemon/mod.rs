@@ -247,6 +247,7 @@ fn start_gateway(
     let spawner = spawner(config);
     let processes = Arc::new(gateway::Processes::default());
     if let Some(spawner) = &spawner {
+        spawner.adopt(still_running(&local.courier, policy));
         let injector = inject::Injector {
             mailbox: Arc::clone(local.courier.mailbox()),
             agents: Arc::clone(local.courier.agents()),
@@ -570,6 +571,40 @@ impl Fabric {
             inbound,
         })
     }
+}
+
+/// The pane agents a fleetd before this one started, as the spawn limits count them: each
+/// with its profile, the grant that admitted it (when the policy still has it) and the fleet
+/// it runs for. The spawner keeps those whose pane still runs.
+fn still_running(courier: &Courier, policy: &PolicyHandle) -> Vec<crate::spawn::Adopted> {
+    use crate::agent::Owner;
+    let policy = policy.current();
+    let own = courier.me().fleet;
+    courier
+        .agents()
+        .list()
+        .into_iter()
+        .filter_map(|(_, agent)| {
+            let pane = crate::pane::PaneId(agent.pane.clone()?);
+            let grant = agent.grant.as_deref().and_then(|stored| {
+                policy
+                    .grants
+                    .iter()
+                    .find(|g| g.id.as_str() == stored)
+                    .map(|g| g.id.clone())
+            });
+            let fleet = match &agent.owner {
+                Owner::Peer { fleet, .. } => fleet.clone(),
+                Owner::Operator | Owner::Lead | Owner::Agent { .. } => own.clone(),
+            };
+            Some(crate::spawn::Adopted {
+                pane,
+                profile: agent.profile,
+                grant,
+                fleet,
+            })
+        })
+        .collect()
 }
 
 /// The spawner over the configured multiplexer; `None` when herdr is not reachable (spawning

@@ -148,6 +148,7 @@ impl Gateway {
                         let registered = agents.register(Registration {
                             id,
                             name: name.clone(),
+                            grant: rules.first().map(ToString::to_string),
                             profile,
                             pane: pane.0.clone(),
                             owner: owner.clone(),

@@ -18,7 +18,8 @@ use secrecy::SecretString;
 use crate::pane::process::Watched;
 use crate::pane::{Launch, Multiplexer, PaneError, PaneId, PaneState};
 use crate::policy::{
-    Effect, PaneSpec, PolicySet, Request, RuleId, Sandbox, SecretRef, Usage, evaluate, pane_spec,
+    Decision, Effect, PaneSpec, PolicySet, Request, RuleId, Sandbox, SecretRef, Usage, evaluate,
+    pane_spec,
 };
 
 /// The longest last line of an agent that exited before it was ready, in the reason.
@@ -209,16 +210,80 @@ pub struct Spawner {
     init: Option<std::path::PathBuf>,
     /// What every agent's sandbox hides and lets through on this host.
     places: HostPlaces,
-    running: Mutex<Vec<Instance>>,
-    recent: Mutex<VecDeque<(Instant, RuleId, String)>>,
+    /// The limits' one book: a spawn is decided and its slot taken under this lock.
+    book: Mutex<Book>,
 }
 
+/// What the limits are counted from: the instances running or being started, and the spawns
+/// allowed lately.
+#[derive(Debug, Default)]
+struct Book {
+    instances: Vec<Instance>,
+    recent: VecDeque<(Instant, RuleId, String)>,
+    /// The last slot number handed out.
+    slots: u64,
+}
+
+/// An instance counted against the limits: from the moment its spawn is allowed (a slot, with
+/// no pane yet) until its pane is gone or its process exited.
 #[derive(Clone, Debug)]
 struct Instance {
-    pane: PaneId,
+    slot: u64,
+    /// `None` while it is being launched and waits for its readiness gate.
+    pane: Option<PaneId>,
     profile: String,
     grant: Option<RuleId>,
     fleet: String,
+}
+
+/// A running agent fleetd started before it restarted, counted again (see [`Spawner::adopt`]).
+#[derive(Clone, Debug)]
+pub struct Adopted {
+    /// Its pane.
+    pub pane: PaneId,
+    /// Its profile.
+    pub profile: String,
+    /// The grant that admitted it, when known.
+    pub grant: Option<RuleId>,
+    /// The fleet it was spawned for.
+    pub fleet: String,
+}
+
+/// The policy's decision on a spawn, with the slot it took when allowed.
+enum Decided<'a> {
+    /// Allowed: the slot is taken.
+    Allowed(Decision, Slot<'a>),
+    /// Refused (a rule, the default deny, or a limit).
+    Refused(Decision),
+    /// The book is unusable (poisoned): nothing is decided, nothing launched.
+    Unusable,
+}
+
+/// A slot taken for an allowed spawn: given back when dropped unless its pane is kept
+/// ([`Slot::keep`]).
+struct Slot<'a> {
+    book: &'a Mutex<Book>,
+    slot: u64,
+}
+
+impl Slot<'_> {
+    /// The spawn started: the slot is its pane's from now on (counted until it exits).
+    fn keep(self, pane: &PaneId) {
+        if let Ok(mut book) = self.book.lock()
+            && let Some(instance) = book.instances.iter_mut().find(|i| i.slot == self.slot)
+        {
+            instance.pane = Some(pane.clone());
+        }
+    }
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut book) = self.book.lock() {
+            book.instances
+                .retain(|i| i.slot != self.slot || i.pane.is_some());
+        }
+    }
 }
 
 impl Spawner {
@@ -228,8 +293,7 @@ impl Spawner {
             mux,
             init: None,
             places: HostPlaces::new(Vec::new(), None),
-            running: Mutex::new(Vec::new()),
-            recent: Mutex::new(VecDeque::new()),
+            book: Mutex::new(Book::default()),
         }
     }
 
@@ -263,22 +327,22 @@ impl Spawner {
         secrets: Secrets<'_>,
         identity: &[(&str, &SecretString)],
     ) -> Outcome {
-        self.forget_exited();
-        let decision = evaluate(policy, request, self);
-        if decision.effect != Effect::Allow {
-            return Outcome::Refused {
-                rules: decision.rules,
-                reasons: decision.reasons,
-            };
-        }
-        if let Some(grant) = decision.rules.first()
-            && let Ok(mut recent) = self.recent.lock()
-        {
-            recent.push_back((Instant::now(), grant.clone(), request.origin.fleet.clone()));
-            while recent.len() > 10_000 {
-                recent.pop_front();
+        let (decision, slot) = match self.decide(policy, request) {
+            Decided::Allowed(decision, slot) => (decision, slot),
+            Decided::Refused(decision) => {
+                return Outcome::Refused {
+                    rules: decision.rules,
+                    reasons: decision.reasons,
+                };
             }
-        }
+            Decided::Unusable => {
+                return Outcome::Failed {
+                    reason: "the spawn limits' book is unusable (a spawn panicked holding it); \
+                             restart fleetd"
+                        .to_owned(),
+                };
+            }
+        };
         let spec = match pane_spec(policy, request, &decision) {
             Ok(spec) => spec,
             Err(error) => {
@@ -382,14 +446,7 @@ impl Spawner {
             watched.settle();
             watched
         });
-        if let Ok(mut running) = self.running.lock() {
-            running.push(Instance {
-                pane: pane.clone(),
-                profile: spec.profile.clone(),
-                grant: decision.rules.first().cloned(),
-                fleet: request.origin.fleet.clone(),
-            });
-        }
+        slot.keep(&pane);
         Outcome::Started {
             pane,
             process: watched,
@@ -545,46 +602,102 @@ impl Spawner {
         GateError::Exited { status, last }
     }
 
-    /// Drops instances whose pane is gone or exited.
-    fn forget_exited(&self) {
-        let Ok(mut running) = self.running.lock() else {
+    /// The policy's decision on `request`, and when it allows, the slot the spawn takes: both
+    /// under the book's lock, so that concurrent spawns each see the others' slots (the limits
+    /// count an instance from its decision, not from its readiness).
+    fn decide(&self, policy: &PolicySet, request: &Request) -> Decided<'_> {
+        let Ok(mut book) = self.book.lock() else {
+            return Decided::Unusable;
+        };
+        // Instances whose pane is gone or exited no longer count; those being started do.
+        book.instances.retain(|i| {
+            i.pane
+                .as_ref()
+                .is_none_or(|pane| matches!(self.mux.state(pane), Ok(PaneState::Running)))
+        });
+        let decision = evaluate(policy, request, &*book);
+        if decision.effect != Effect::Allow {
+            return Decided::Refused(decision);
+        }
+        let grant = decision.rules.first().cloned();
+        if let Some(grant) = &grant {
+            book.recent
+                .push_back((Instant::now(), grant.clone(), request.origin.fleet.clone()));
+            while book.recent.len() > 10_000 {
+                book.recent.pop_front();
+            }
+        }
+        book.slots += 1;
+        let slot = book.slots;
+        book.instances.push(Instance {
+            slot,
+            pane: None,
+            profile: request.profile.clone(),
+            grant,
+            fleet: request.origin.fleet.clone(),
+        });
+        Decided::Allowed(
+            decision,
+            Slot {
+                book: &self.book,
+                slot,
+            },
+        )
+    }
+
+    /// Counts `agents` — started by a fleetd before this one and still running in their panes
+    /// — against the limits, as if this spawner had started them. The daemon calls it at start,
+    /// before any spawn is decided: a restart does not reset `max_instances`.
+    pub fn adopt(&self, agents: Vec<Adopted>) {
+        let Ok(mut book) = self.book.lock() else {
             return;
         };
-        running.retain(|i| matches!(self.mux.state(&i.pane), Ok(PaneState::Running)));
+        for agent in agents {
+            if !matches!(self.mux.state(&agent.pane), Ok(PaneState::Running))
+                || book
+                    .instances
+                    .iter()
+                    .any(|i| i.pane.as_ref() == Some(&agent.pane))
+            {
+                continue;
+            }
+            book.slots += 1;
+            let slot = book.slots;
+            book.instances.push(Instance {
+                slot,
+                pane: Some(agent.pane),
+                profile: agent.profile,
+                grant: agent.grant,
+                fleet: agent.fleet,
+            });
+        }
     }
 }
 
-impl Usage for Spawner {
+impl Usage for Book {
     fn running(&self, profile: &str) -> u32 {
-        self.running.lock().map_or(0, |r| {
-            u32::try_from(r.iter().filter(|i| i.profile == profile).count()).unwrap_or(u32::MAX)
-        })
+        count(self.instances.iter().filter(|i| i.profile == profile))
     }
 
     fn running_through(&self, grant: &RuleId, fleet: &str) -> u32 {
-        self.running.lock().map_or(0, |r| {
-            u32::try_from(
-                r.iter()
-                    .filter(|i| i.grant.as_ref() == Some(grant) && i.fleet == fleet)
-                    .count(),
-            )
-            .unwrap_or(u32::MAX)
-        })
+        count(
+            self.instances
+                .iter()
+                .filter(|i| i.grant.as_ref() == Some(grant) && i.fleet == fleet),
+        )
     }
 
     fn recent_through(&self, grant: &RuleId, fleet: &str, window: Duration) -> u32 {
         let since = Instant::now().checked_sub(window);
-        self.recent.lock().map_or(0, |r| {
-            u32::try_from(
-                r.iter()
-                    .filter(|(at, g, f)| {
-                        g == grant && f == fleet && since.is_none_or(|since| *at >= since)
-                    })
-                    .count(),
-            )
-            .unwrap_or(u32::MAX)
-        })
+        count(self.recent.iter().filter(|(at, g, f)| {
+            g == grant && f == fleet && since.is_none_or(|since| *at >= since)
+        }))
     }
+}
+
+/// How many `items` there are, as the policy counts.
+fn count<T>(items: impl Iterator<Item = T>) -> u32 {
+    u32::try_from(items.count()).unwrap_or(u32::MAX)
 }
 
 /// The launch for `spec`: its fixed and allowed environment plus this host's secrets.

@@ -296,6 +296,7 @@ fn pane_agent(gateway: &Gateway, name: &str, profile: &str, owner: crate::agent:
             owner,
             token: None,
             process: None,
+            grant: None,
         })
         .unwrap()
 }
