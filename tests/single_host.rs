@@ -721,3 +721,62 @@ fn max_instances_holds_under_concurrent_spawns_and_across_a_restart() {
     assert_eq!(started, 1, "{refused:?}");
     terminate(&daemon);
 }
+
+#[test]
+fn a_flood_of_refused_requests_grows_the_audit_log_by_a_bounded_amount() {
+    let home = Home::new();
+    let (daemon, _log, _seen) = home.run();
+    let socket = home.socket();
+    let audit = home.path().join("state/fleetd").join(fleetd::audit::FILE);
+    let lines = || {
+        std::fs::read_to_string(&audit)
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+    let before = lines();
+
+    // 10,000 requests with a token no agent has, four connections at a time.
+    let refused = std::thread::scope(|scope| {
+        let floods: Vec<_> = (0..4)
+            .map(|_| {
+                scope.spawn(|| {
+                    (0..2_500)
+                        .filter(|_| {
+                            let reply = raw_request(
+                                &socket,
+                                &json!({"op": "roster", "token": "not-a-token-of-anyone"}),
+                            );
+                            reply["error"].is_string()
+                        })
+                        .count()
+                })
+            })
+            .collect();
+        floods.into_iter().map(|f| f.join().unwrap()).sum::<usize>()
+    });
+    assert_eq!(refused, 10_000, "every request refused");
+    // The operator is still served.
+    assert!(home.json(&["roster"])["hosts"].is_array());
+    terminate(&daemon);
+    let mut daemon = daemon;
+    daemon.wait().unwrap();
+
+    // One record when the flood began, one count per 10 s interval it lasted (and at stop).
+    let text = std::fs::read_to_string(&audit).unwrap();
+    let grown = lines() - before;
+    let counted: u64 = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|r| {
+            r["event"]
+                .as_str()
+                .is_some_and(|e| e.starts_with("api.refused"))
+        })
+        .map(|r| r["detail"]["count"].as_u64().unwrap_or(1))
+        .sum();
+    assert!(grown <= 20, "the audit log grew by {grown} records");
+    assert_eq!(counted, 10_000, "every refusal is counted: {text}");
+    let (ok, verified) = home.fleetd(&["audit", "verify"]);
+    assert!(ok, "{verified}");
+}

@@ -48,6 +48,8 @@ pub struct Gateway {
     pub processes: Arc<Processes>,
     /// Why the multiplexer failed the last sweep's call, while it does.
     pub failing: Mutex<Option<String>>,
+    /// Refused API requests, counted per kind and interval for the audit log.
+    pub refusals: super::refusals::Refusals,
 }
 
 /// The kernel's watch on each pane agent's process: a pid descriptor opened at launch or, after
@@ -225,10 +227,11 @@ impl Router for Gateway {
     }
 
     fn refused(&self, agent: Option<Uuid>, uid: u32, op: &str, reason: &str) {
-        (self.record)(vec![(
-            "api.refused",
-            json!({"agent": agent.map(|a| a.to_string()), "uid": uid, "op": op, "reason": reason}),
-        )]);
+        let now = std::time::Instant::now();
+        let records = self.refusals.refused(agent, uid, op, reason, now);
+        if !records.is_empty() {
+            (self.record)(records);
+        }
     }
 
     fn spawn(&self, ask: &SpawnAsk, by: Option<Uuid>) -> Result<Spawned, RouterError> {
@@ -301,6 +304,14 @@ impl Router for Gateway {
 const FIRST_ROUND_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 
 impl Gateway {
+    /// Records the refusal counts of the intervals that ended (of all, with `all`: at stop).
+    pub fn record_refusals(&self, all: bool) {
+        let records = self.refusals.ended(std::time::Instant::now(), all);
+        if !records.is_empty() {
+            (self.record)(records);
+        }
+    }
+
     /// Where agent `to` is, once the roster has heard the first round of beats: an agent no
     /// beat has listed yet is waited for (until the link has listened one longest beat interval,
     /// at most [`FIRST_ROUND_WAIT`]) rather than failed as "no such agent" — that answer is

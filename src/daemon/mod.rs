@@ -16,6 +16,7 @@ pub mod log;
 pub mod notify;
 pub mod policy;
 pub mod presence;
+pub mod refusals;
 pub mod spawning;
 
 use std::sync::Arc;
@@ -101,7 +102,7 @@ pub async fn run(
         host: config.host.clone(),
         roster: Arc::clone(&local.roster),
         link: link.line(),
-        router: gateway,
+        router: Arc::clone(&gateway) as Arc<dyn crate::route::Router>,
         scrubber: Some(scrubber.clone()),
         sandbox: sandbox.to_string(),
         operators: api::Operators {
@@ -114,6 +115,7 @@ pub async fn run(
     let status = || service_status(link.status.as_ref(), &local.roster, &sandbox);
     serve_until_stopped(signals, &policy, &status).await;
     tasks.stop().await;
+    gateway.record_refusals(true);
     link.close().await;
     info!("fleetd stopped");
     Ok(())
@@ -277,6 +279,7 @@ fn start_gateway(
             .collect(),
         processes,
         failing: std::sync::Mutex::new(None),
+        refusals: refusals::Refusals::default(),
     })
 }
 
@@ -294,6 +297,13 @@ fn keep_house(config: &Config, local: &Local, gateway: &Arc<gateway::Gateway>, t
     // every ten minutes, so the store does not grow with every message ever seen.
     let pruning = Arc::clone(&local.state);
     tasks.spawn(|stopped| every(PRUNE_EVERY, stopped, move || prune(&pruning)));
+    // Refusals counted in an interval are recorded once it ends (and at stop).
+    let counting = Arc::clone(gateway);
+    tasks.spawn(|stopped| {
+        every(refusals::INTERVAL, stopped, move || {
+            counting.record_refusals(false);
+        })
+    });
     let (leading, leads) = (Arc::clone(gateway), config.leads.clone());
     tasks.spawn(|stopped| leads::supervise(leading, leads, stopped));
 }
