@@ -1,7 +1,7 @@
 //! Refused local API requests in the audit log, bounded. The first refusal of a kind — peer
 //! uid, agent, operation, reason — in an interval is recorded as it happens (`api.refused`);
 //! the rest of that interval's are counted and recorded once, with their count, when the
-//! interval ends (`api.refused.repeated`). A flood of refusals grows the audit log by a few
+//! interval ends (`api.refusals_counted`). A flood of refusals grows the audit log by a few
 //! records per kind and interval, not by one synced record per request.
 
 use std::collections::HashMap;
@@ -112,7 +112,7 @@ fn ended(spells: &mut HashMap<Kind, Spell>, now: Instant, all: bool) -> Vec<Reco
         }
         if spell.repeated > 0 {
             records.push((
-                "api.refused.repeated",
+                "api.refusals_counted",
                 json!({
                     "agent": kind.agent.map(|a| a.to_string()), "uid": kind.uid, "op": kind.op,
                     "reason": kind.reason, "count": spell.repeated,
@@ -155,7 +155,7 @@ mod tests {
         let events: Vec<&str> = records.iter().map(|(e, _)| *e).collect();
         assert_eq!(
             events,
-            ["api.refused", "api.refused.repeated"],
+            ["api.refused", "api.refusals_counted"],
             "{records:?}"
         );
         assert_eq!(records[1].1["count"], 9_999);
