@@ -172,6 +172,29 @@ fn pane_environ(home: &Home, pane: &str) -> Vec<(String, String)> {
         .collect()
 }
 
+/// The pane agent `agent` runs in (the one whose environment carries its id).
+fn pane_of(home: &Home, agent: &str) -> String {
+    let panes = home.tmux(&["list-panes", "-s", "-t", "fleetd", "-F", "#{pane_id}"]);
+    panes
+        .lines()
+        .find(|pane| {
+            pane_environ(home, pane)
+                .iter()
+                .any(|(k, v)| k == "FLEETD_AGENT_ID" && v == agent)
+        })
+        .unwrap_or_else(|| panic!("no pane runs agent {agent}: {panes}"))
+        .to_owned()
+}
+
+/// The agent token fleetd gave agent `agent`'s pane.
+fn token_of(home: &Home, agent: &str) -> String {
+    pane_environ(home, &pane_of(home, agent))
+        .into_iter()
+        .find(|(k, _)| k == "FLEETD_AGENT_TOKEN")
+        .map(|(_, v)| v)
+        .unwrap()
+}
+
 #[test]
 fn one_host_without_a_broker_spawns_sends_and_the_worker_answers_as_itself() {
     let home = Home::new();
@@ -382,20 +405,7 @@ fn one_host_without_a_broker_spawns_sends_and_the_worker_answers_as_itself() {
         .as_str()
         .unwrap()
         .to_owned();
-    let panes = home.tmux(&["list-panes", "-s", "-t", "fleetd", "-F", "#{pane_id}"]);
-    let boss_token = panes
-        .lines()
-        .map(|pane| pane_environ(&home, pane))
-        .find(|env| {
-            env.iter()
-                .any(|(k, v)| k == "FLEETD_AGENT_ID" && *v == boss)
-        })
-        .and_then(|env| {
-            env.into_iter()
-                .find(|(k, _)| k == "FLEETD_AGENT_TOKEN")
-                .map(|(_, v)| v)
-        })
-        .unwrap();
+    let boss_token = token_of(&home, &boss);
     let by_boss = raw_request(
         &socket,
         &json!({"op": "spawn", "profile": "echo", "label": "by-boss", "token": boss_token}),
@@ -663,20 +673,7 @@ fn max_instances_holds_under_concurrent_spawns_and_across_a_restart() {
         .as_str()
         .unwrap()
         .to_owned();
-    let panes = home.tmux(&["list-panes", "-s", "-t", "fleetd", "-F", "#{pane_id}"]);
-    let token = panes
-        .lines()
-        .map(|pane| pane_environ(&home, pane))
-        .find(|env| {
-            env.iter()
-                .any(|(k, v)| k == "FLEETD_AGENT_ID" && *v == chief)
-        })
-        .and_then(|env| {
-            env.into_iter()
-                .find(|(k, _)| k == "FLEETD_AGENT_TOKEN")
-                .map(|(_, v)| v)
-        })
-        .unwrap();
+    let token = token_of(&home, &chief);
     let (started, refused) = at_once(
         &socket,
         8,
@@ -706,16 +703,7 @@ fn max_instances_holds_under_concurrent_spawns_and_across_a_restart() {
         .map(|agent| agent["id"].as_str().unwrap().to_owned())
         .collect();
     assert_eq!(slow.len(), 2, "{roster}");
-    let panes = home.tmux(&["list-panes", "-s", "-t", "fleetd", "-F", "#{pane_id}"]);
-    let slow_pane = panes
-        .lines()
-        .find(|pane| {
-            pane_environ(&home, pane)
-                .iter()
-                .any(|(k, v)| k == "FLEETD_AGENT_ID" && *v == slow[0])
-        })
-        .unwrap()
-        .to_owned();
+    let slow_pane = pane_of(&home, &slow[0]);
     home.tmux(&["kill-pane", "-t", &slow_pane]);
     let (started, refused) = at_once(&socket, 3, &json!({"op": "spawn", "profile": "slow"}));
     assert_eq!(started, 1, "{refused:?}");
