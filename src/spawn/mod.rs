@@ -610,11 +610,8 @@ impl Spawner {
             return Decided::Unusable;
         };
         // Instances whose pane is gone or exited no longer count; those being started do.
-        book.instances.retain(|i| {
-            i.pane
-                .as_ref()
-                .is_none_or(|pane| matches!(self.mux.state(pane), Ok(PaneState::Running)))
-        });
+        book.instances
+            .retain(|i| i.pane.as_ref().is_none_or(|pane| self.runs(pane)));
         let decision = evaluate(policy, request, &*book);
         if decision.effect != Effect::Allow {
             return Decided::Refused(decision);
@@ -627,15 +624,12 @@ impl Spawner {
                 book.recent.pop_front();
             }
         }
-        book.slots += 1;
-        let slot = book.slots;
-        book.instances.push(Instance {
-            slot,
-            pane: None,
-            profile: request.profile.clone(),
+        let slot = book.count(
+            None,
+            request.profile.clone(),
             grant,
-            fleet: request.origin.fleet.clone(),
-        });
+            request.origin.fleet.clone(),
+        );
         Decided::Allowed(
             decision,
             Slot {
@@ -653,7 +647,7 @@ impl Spawner {
             return;
         };
         for agent in agents {
-            if !matches!(self.mux.state(&agent.pane), Ok(PaneState::Running))
+            if !self.runs(&agent.pane)
                 || book
                     .instances
                     .iter()
@@ -661,16 +655,34 @@ impl Spawner {
             {
                 continue;
             }
-            book.slots += 1;
-            let slot = book.slots;
-            book.instances.push(Instance {
-                slot,
-                pane: Some(agent.pane),
-                profile: agent.profile,
-                grant: agent.grant,
-                fleet: agent.fleet,
-            });
+            book.count(Some(agent.pane), agent.profile, agent.grant, agent.fleet);
         }
+    }
+
+    /// Whether `pane` still runs its process (a pane gone, exited or unreadable does not).
+    fn runs(&self, pane: &PaneId) -> bool {
+        matches!(self.mux.state(pane), Ok(PaneState::Running))
+    }
+}
+
+impl Book {
+    /// Counts one more instance from now on; its slot's number.
+    fn count(
+        &mut self,
+        pane: Option<PaneId>,
+        profile: String,
+        grant: Option<RuleId>,
+        fleet: String,
+    ) -> u64 {
+        self.slots += 1;
+        self.instances.push(Instance {
+            slot: self.slots,
+            pane,
+            profile,
+            grant,
+            fleet,
+        });
+        self.slots
     }
 }
 

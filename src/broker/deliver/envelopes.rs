@@ -112,6 +112,18 @@ impl Envelopes {
         });
         self.to_gateway(dest, &payload)
     }
+
+    /// A receipt telling `dest`'s gateway that `message` ended in `state` (failed, refused),
+    /// and why.
+    pub fn receipt_why(
+        &self,
+        dest: Party,
+        message: Uuid,
+        state: DeliveryState,
+        reason: String,
+    ) -> (Uuid, Vec<u8>) {
+        self.receipt_for(dest, message, Vec::new(), state, Some(reason))
+    }
 }
 
 impl ReceiptSealer for Envelopes {

@@ -163,12 +163,11 @@ impl Courier {
                     reasons: vec![reason.clone()],
                 }),
             ),
-            _ => envelopes.receipt_for(
+            _ => envelopes.receipt_why(
                 meta.origin.clone(),
                 meta.id,
-                Vec::new(),
                 DeliveryState::Failed,
-                Some(reason.clone()),
+                reason.clone(),
             ),
         });
         Plan {
@@ -212,13 +211,7 @@ impl Courier {
         plan.note("reason", json!(reason));
         // INVARIANT: the intake runs only with a broker, so there is a key.
         plan.outbox = self.envelopes().ok().map(|envelopes| {
-            envelopes.receipt_for(
-                plan.meta.origin.clone(),
-                plan.meta.id,
-                Vec::new(),
-                state,
-                Some(reason),
-            )
+            envelopes.receipt_why(plan.meta.origin.clone(), plan.meta.id, state, reason)
         });
     }
 
